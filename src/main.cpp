@@ -1,1 +1,47 @@
-int main() { return 0; }
+// pipetrain — the command line. Each subcommand lives next to the code it drives.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "src/tokenizer.hpp"
+#include "src/trainer.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: pipetrain COMMAND [flags]\n"
+    "  train      (--data F | --inputs F.safetensors) --out DIR [--model DIR | --preset NAME]\n"
+    "             --stages P --micro-batches M --batch B --seq L --schedule gpipe|1f1b|interleaved|zb-h1\n"
+    "             [--chunks V] --recompute none|full --steps N --lr X --seed S --dropout P --threads T\n"
+    "             --dp D --objective mlm|causal --trace F.json --dump-grads F.safetensors\n"
+    "             --partition params|time|uniform\n"
+    "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
+    "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
+    "  vocab      --data F --out vocab.txt [--size N]\n"
+    "  schedule   --stages P --micro-batches M --schedule S [--chunks V] [--costs f,bi,bw,comm] [--trace F]\n"
+    "  partition  (--model DIR | --preset NAME) --stages P [--by time|params]\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+        std::fputs(kUsage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    std::string cmd = argv[1];
+    std::vector<std::string> args(argv + 2, argv + argc);
+    try {
+        if (cmd == "train") return pt::train_main(args);
+        if (cmd == "eval") return pt::eval_main(args);
+        if (cmd == "tokenize") return pt::tokenize_main(args);
+        if (cmd == "vocab") return pt::vocab_main(args);
+        if (cmd == "schedule") return pt::schedule_main(args);
+        if (cmd == "partition") return pt::partition_main(args);
+        std::fprintf(stderr, "pipetrain: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "pipetrain %s: %s\n", cmd.c_str(), e.what());
+        return 1;
+    }
+}

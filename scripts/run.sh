@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job: train the tiny Chinese model on the Tang and Song poems through a 4-stage
+# 1F1B pipeline (stages are threads), printing progress, then write the measured timeline.
+# Extra arguments are passed to `pipetrain train` (e.g. --steps 50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)" --target pipetrain
+bash scripts/prepare_corpus.sh
+out=runs/poems
+mkdir -p "$out"
+build/pipetrain train --preset tiny --data data/poems.txt --out "$out" \
+  --stages 4 --micro-batches 8 --batch 32 --seq 64 --schedule 1f1b --recompute none \
+  --steps 300 --lr 2e-3 --dropout 0.1 --seed 1234 --trace "$out/timeline.json" "$@"
+echo "model: $out (config.json, vocab.txt, model.safetensors); timeline: $out/timeline.json (open in https://ui.perfetto.dev)"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what pipetrain needs on Debian/Ubuntu when it is missing (root + apt), or prints
+# the exact apt-get line and fails. Sourced by test.sh and run.sh; also runnable alone.
+set -euo pipefail
+need=(cmake g++ make doctest-dev nlohmann-json3-dev fortunes-zh python3)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing packages. Run:  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi

@@ -1,0 +1,30 @@
+// src/args.hpp — the CLI's flag parser: --name value pairs, boolean flags, positionals.
+// Every mistake is a one-line error naming the flag and what was expected.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+class Args {
+ public:
+    // `valued` lists the flags that take a value, `switches` the ones that do not.
+    Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
+         const std::set<std::string>& switches = {});
+    bool has(const std::string& flag) const;
+    std::string str(const std::string& flag, const std::string& fallback = "") const;
+    std::string required(const std::string& flag) const;
+    long long integer(const std::string& flag, long long fallback, long long min = 0,
+                      long long max = 1LL << 40) const;
+    double real(const std::string& flag, double fallback) const;
+    const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+    std::map<std::string, std::string> values_;
+    std::set<std::string> switches_on_;
+    std::vector<std::string> positional_;
+};
+
+}  // namespace pt

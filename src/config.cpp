@@ -1,0 +1,136 @@
+#include "src/config.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace pt {
+
+using nlohmann::json;
+
+void ModelConfig::check(const std::string& source) const {
+    auto bad = [&](const std::string& what) { throw std::runtime_error(source + ": " + what); };
+    if (vocab_size <= 0 || hidden_size <= 0 || num_hidden_layers <= 0 || num_attention_heads <= 0 ||
+        intermediate_size <= 0 || max_position_embeddings <= 0 || type_vocab_size <= 0)
+        bad("sizes must be positive (vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "
+            "intermediate_size, max_position_embeddings, type_vocab_size)");
+    if (hidden_size % num_attention_heads != 0)
+        bad("hidden_size " + std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
+            std::to_string(num_attention_heads));
+    if (hidden_act != "gelu" && hidden_act != "relu")
+        bad("hidden_act must be \"gelu\" or \"relu\", got \"" + hidden_act + "\"");
+    if (use_task_id && task_type_vocab_size <= 0) bad("use_task_id needs task_type_vocab_size > 0");
+    if (pad_token_id < 0 || pad_token_id >= vocab_size) bad("pad_token_id out of range");
+    if (!(layer_norm_eps > 0)) bad("layer_norm_eps must be > 0");
+    for (float p : {hidden_dropout_prob, attention_probs_dropout_prob})
+        if (!(p >= 0 && p < 1)) bad("dropout probabilities must be in [0, 1)");
+}
+
+ModelConfig ModelConfig::from_json_string(const std::string& text, const std::string& source) {
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) throw std::runtime_error(source + ": not a JSON object");
+    ModelConfig c;
+    auto get_int = [&](const char* key, int& out, bool required) {
+        if (!j.contains(key)) {
+            if (required) throw std::runtime_error(source + ": missing key \"" + key + "\"");
+            return;
+        }
+        if (!j[key].is_number_integer()) throw std::runtime_error(source + ": \"" + key + "\" must be an integer");
+        out = j[key].get<int>();
+    };
+    auto get_float = [&](const char* key, float& out) {
+        if (!j.contains(key)) return;
+        if (!j[key].is_number()) throw std::runtime_error(source + ": \"" + key + "\" must be a number");
+        out = j[key].get<float>();
+    };
+    get_int("vocab_size", c.vocab_size, true);
+    get_int("hidden_size", c.hidden_size, true);
+    get_int("num_hidden_layers", c.num_hidden_layers, true);
+    get_int("num_attention_heads", c.num_attention_heads, true);
+    get_int("intermediate_size", c.intermediate_size, true);
+    get_int("max_position_embeddings", c.max_position_embeddings, true);
+    get_int("type_vocab_size", c.type_vocab_size, true);
+    get_int("pad_token_id", c.pad_token_id, false);
+    if (!j.contains("hidden_act") || !j["hidden_act"].is_string())
+        throw std::runtime_error(source + ": missing key \"hidden_act\" (string)");
+    c.hidden_act = j["hidden_act"].get<std::string>();
+    if (j.contains("use_task_id")) {
+        if (!j["use_task_id"].is_boolean()) throw std::runtime_error(source + ": \"use_task_id\" must be true/false");
+        c.use_task_id = j["use_task_id"].get<bool>();
+    }
+    get_int("task_type_vocab_size", c.task_type_vocab_size, c.use_task_id);
+    get_float("layer_norm_eps", c.layer_norm_eps);
+    get_float("hidden_dropout_prob", c.hidden_dropout_prob);
+    get_float("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+    c.check(source);
+    return c;
+}
+
+ModelConfig ModelConfig::from_json_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error(path + ": cannot open config file");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return from_json_string(ss.str(), path);
+}
+
+std::string ModelConfig::to_json_string() const {
+    json j = {{"architectures", {"ErnieForMaskedLM"}},
+              {"model_type", "ernie"},
+              {"vocab_size", vocab_size},
+              {"hidden_size", hidden_size},
+              {"num_hidden_layers", num_hidden_layers},
+              {"num_attention_heads", num_attention_heads},
+              {"intermediate_size", intermediate_size},
+              {"hidden_act", hidden_act},
+              {"max_position_embeddings", max_position_embeddings},
+              {"type_vocab_size", type_vocab_size},
+              {"task_type_vocab_size", task_type_vocab_size},
+              {"use_task_id", use_task_id},
+              {"layer_norm_eps", layer_norm_eps},
+              {"pad_token_id", pad_token_id},
+              {"hidden_dropout_prob", hidden_dropout_prob},
+              {"attention_probs_dropout_prob", attention_probs_dropout_prob},
+              {"initializer_range", 0.02},
+              {"position_embedding_type", "absolute"}};
+    return j.dump(2) + "\n";
+}
+
+namespace {
+struct Preset { const char* name; int V, C, L, NH, I, max_pos, types, tasks; bool use_task; };
+// ERNIE 3.0 shapes from the released configs (vocab 40000, 2048 positions, 4 token types).
+const Preset kPresets[] = {
+    {"tiny", 4000, 64, 4, 4, 256, 128, 2, 0, false},
+    {"small", 8000, 256, 6, 4, 1024, 512, 2, 0, false},
+    {"ernie-3.0-nano-zh", 40000, 312, 4, 12, 1248, 2048, 4, 16, true},
+    {"ernie-3.0-micro-zh", 40000, 384, 4, 12, 1536, 2048, 4, 16, true},
+    {"ernie-3.0-mini-zh", 40000, 384, 6, 12, 1536, 2048, 4, 16, true},
+    {"ernie-3.0-medium-zh", 40000, 768, 6, 12, 3072, 2048, 4, 16, true},
+    {"ernie-3.0-base-zh", 40000, 768, 12, 12, 3072, 2048, 4, 3, true},
+};
+}  // namespace
+
+ModelConfig ModelConfig::preset(const std::string& name) {
+    for (const Preset& p : kPresets) {
+        if (name != p.name) continue;
+        ModelConfig c;
+        c.vocab_size = p.V, c.hidden_size = p.C, c.num_hidden_layers = p.L;
+        c.num_attention_heads = p.NH, c.intermediate_size = p.I;
+        c.max_position_embeddings = p.max_pos, c.type_vocab_size = p.types;
+        c.task_type_vocab_size = p.tasks, c.use_task_id = p.use_task;
+        return c;
+    }
+    std::string all;
+    for (const Preset& p : kPresets) all += std::string(all.empty() ? "" : ", ") + p.name;
+    throw std::runtime_error("--preset: unknown preset \"" + name + "\" (expected one of " + all + ")");
+}
+
+std::vector<std::string> ModelConfig::preset_names() {
+    std::vector<std::string> names;
+    for (const Preset& p : kPresets) names.push_back(p.name);
+    return names;
+}
+
+}  // namespace pt

@@ -1,0 +1,39 @@
+// src/config.hpp — the model's shape, read from a Hugging Face-style config.json or a preset.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct ModelConfig {
+    int vocab_size = 0;
+    int hidden_size = 0;             // C
+    int num_hidden_layers = 0;       // N blocks
+    int num_attention_heads = 0;     // NH; head size HS = C / NH (26 for ernie-3.0-nano: never assume 2^k)
+    int intermediate_size = 0;       // FFN width
+    std::string hidden_act = "gelu"; // gelu (exact erf) | relu
+    int max_position_embeddings = 0;
+    int type_vocab_size = 0;
+    int task_type_vocab_size = 0;    // used only when use_task_id
+    bool use_task_id = false;
+    float layer_norm_eps = 1e-12f;
+    int pad_token_id = 0;
+    float hidden_dropout_prob = 0.1f;
+    float attention_probs_dropout_prob = 0.1f;
+
+    int head_size() const { return hidden_size / num_attention_heads; }
+    // Throws a one-line error naming `source` when the shape is impossible.
+    void check(const std::string& source) const;
+
+    // Reads config.json. Keys that decide the shape must be present: Hugging Face and
+    // PaddleNLP defaults differ, so a missing one is an error, never a silent default.
+    static ModelConfig from_json_file(const std::string& path);
+    static ModelConfig from_json_string(const std::string& text, const std::string& source);
+    std::string to_json_string() const;   // every key written out, Hugging Face names
+
+    // tiny, small, and the shapes of ernie-3.0-{nano,micro,mini,medium,base}-zh.
+    static ModelConfig preset(const std::string& name);
+    static std::vector<std::string> preset_names();
+};
+
+}  // namespace pt

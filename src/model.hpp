@@ -1,0 +1,108 @@
+// src/model.hpp — the ERNIE 3.0 / BERT post-LayerNorm encoder as a list of pipeline layers.
+//
+//   Embedding  : word + position + token_type (+ task_type) → LayerNorm → dropout
+//   Block × N  : x → self-attention → dropout → add → LayerNorm → FFN → dropout → add → LayerNorm
+//   Head       : dense → act → LayerNorm → decoder (tied to the word embedding) + bias → loss
+//
+// Every layer has an explicit backward split in two halves, because the zero-bubble schedule
+// runs them at different times: backward_input (BI) propagates the gradient to the layer's
+// input and keeps what the weight gradient needs; backward_weight (BW) accumulates the
+// parameter gradients. B = BI then BW, with the same bits as running them apart.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/config.hpp"
+
+namespace pt {
+
+constexpr int32_t kIgnore = -100;   // target id that contributes no loss
+
+// One micro-batch as every layer sees it. Token arrays are (B, T).
+struct MicroBatch {
+    int B = 0, T = 0;
+    const int32_t* input_ids = nullptr;
+    const int32_t* token_type_ids = nullptr;
+    const int32_t* task_type_ids = nullptr;   // null: all zero
+    const int32_t* attention_mask = nullptr;  // 1 real, 0 padding; null: no padding
+    const int32_t* targets = nullptr;         // kIgnore where no loss
+    uint32_t step = 0;         // optimizer step, part of the dropout key
+    uint32_t index = 0;        // global micro-batch index, part of the dropout key
+    float loss_scale = 1.0f;   // 1 / (number of targets in the global batch)
+};
+
+// How a forward runs: everything that is not data.
+struct RunOptions {
+    bool train = true;          // dropout on
+    bool causal = false;        // causal attention mask (objective "causal")
+    bool all_logits = false;    // compute logits at every position (eval), not only at targets
+    uint64_t seed = 0;
+    float hidden_dropout = 0.0f;
+    float attention_dropout = 0.0f;
+};
+
+struct ParamInfo {
+    std::string name;            // Hugging Face ErnieForMaskedLM name
+    std::vector<int64_t> shape;  // Linear weights are [out, in]
+    size_t offset = 0, numel = 0;
+    bool decay = true;           // AdamW weight decay (off for biases and LayerNorm)
+    bool tied = false;           // the head's copy of the word embedding: never saved
+};
+
+// What a layer keeps between its forward and its backward for one micro-batch.
+struct Stash {
+    virtual ~Stash() = default;
+    std::vector<std::vector<float>*> buffers;   // for byte accounting
+    size_t bytes() const;
+};
+
+class Layer {
+ public:
+    explicit Layer(int index) : index_(index) {}
+    virtual ~Layer() = default;
+    int index() const { return index_; }   // position in the whole model: dropout key, names
+
+    std::vector<ParamInfo> params_info;
+    std::vector<float> params, grads;       // flat buffers
+    float* param(const std::string& name);  // throws if absent
+
+    // Output elements per micro-batch: B*T*C for Embedding and Block, 1 (the loss sum) for Head.
+    virtual size_t out_numel(int B, int T) const = 0;
+    // `in` is (B, T, C) or null for the Embedding. Returns what the backward needs.
+    virtual std::unique_ptr<Stash> forward(float* out, const float* in, const MicroBatch& mb,
+                                           const RunOptions& opt) = 0;
+    // din (B, T, C) += dL/din; null for the first layer. dout is the gradient of the output
+    // (ignored by the Head, whose output is the loss). May keep gradients in the stash for BW.
+    virtual void backward_input(float* din, const float* dout, Stash& stash, const MicroBatch& mb,
+                                const RunOptions& opt) = 0;
+    virtual void backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt) = 0;
+
+    // Deterministic init from (seed, parameter name): a layer initializes the same numbers on
+    // one device and on any pipeline stage.
+    void init(uint64_t seed, float std_dev);
+
+ protected:
+    size_t add_param(const std::string& name, std::vector<int64_t> shape, bool decay = true);
+    float* P(size_t off) { return params.data() + off; }
+    float* G(size_t off) { return grads.data() + off; }
+    void finish_params();   // sizes params/grads once every add_param is done
+    int index_;
+};
+
+// The model as pipeline layers: [Embedding, Block 0..N-1, Head]; num_layers() = N + 2.
+int num_model_layers(const ModelConfig& cfg);
+std::unique_ptr<Layer> make_layer(const ModelConfig& cfg, int index);
+// Rough forward cost of layer `index` per token in FLOPs (for partitioning by params/compute).
+double layer_flops_per_token(const ModelConfig& cfg, int index, int T);
+
+// Head internals exposed for eval / dumps: the logits of the last forward (rows as computed).
+struct HeadStash : Stash {
+    std::vector<float> h, t, u, z, mean, rstd, logits, dlogits, dz, dt;
+    std::vector<int32_t> rows, targets;   // which (b, t) rows were computed, and their targets
+    double loss_sum = 0;
+    int64_t num_targets = 0;
+};
+
+}  // namespace pt

@@ -1,0 +1,160 @@
+#include "src/stage.hpp"
+
+#include <stdexcept>
+
+namespace pt {
+
+Recompute parse_recompute(const std::string& s) {
+    if (s == "none") return Recompute::none;
+    if (s == "full") return Recompute::full;
+    throw std::runtime_error("--recompute: expected none or full, got \"" + s + "\"");
+}
+
+TransformerStage::TransformerStage(const ModelConfig& cfg, std::vector<std::vector<int>> chunk_layers,
+                                   Recompute recompute, RunOptions opt)
+    : cfg_(cfg), recompute_(recompute), opt_(opt) {
+    for (const auto& ids : chunk_layers) {
+        chunks_.emplace_back();
+        for (int i : ids) chunks_.back().push_back(make_layer(cfg, i));
+    }
+}
+
+void TransformerStage::begin_step(const Batch* batch, int mb_rows, int first_microbatch, uint32_t step,
+                                  float loss_scale) {
+    batch_ = batch, mb_rows_ = mb_rows, first_mb_ = first_microbatch, step_ = step, loss_scale_ = loss_scale;
+    loss_sum_ = 0, num_targets_ = 0;
+    inflight_.clear();
+    live_bytes_ = 0;
+}
+
+void TransformerStage::zero_grads() {
+    for (Layer* l : layers()) std::fill(l->grads.begin(), l->grads.end(), 0.0f);
+}
+
+std::vector<Layer*> TransformerStage::layers() {
+    std::vector<Layer*> all;
+    for (auto& c : chunks_)
+        for (auto& l : c) all.push_back(l.get());
+    return all;
+}
+
+bool TransformerStage::has_layer(int index) const {
+    for (const auto& c : chunks_)
+        for (const auto& l : c)
+            if (l->index() == index) return true;
+    return false;
+}
+
+Layer* TransformerStage::layer(int index) {
+    for (Layer* l : layers())
+        if (l->index() == index) return l;
+    return nullptr;
+}
+
+MicroBatch TransformerStage::micro_batch(int m) const {
+    if (!batch_) throw std::logic_error("TransformerStage: begin_step was not called");
+    MicroBatch mb = batch_->rows(m * mb_rows_, mb_rows_);
+    mb.step = step_, mb.index = uint32_t(first_mb_ + m), mb.loss_scale = loss_scale_;
+    return mb;
+}
+
+TransformerStage::InFlight& TransformerStage::slot(int microbatch, int chunk) {
+    if (chunk < 0 || chunk >= int(chunks_.size())) throw std::out_of_range("chunk " + std::to_string(chunk));
+    return inflight_[{microbatch, chunk}];
+}
+
+void TransformerStage::account(InFlight& f) {
+    size_t b = (f.input.size() + f.grad_out.size()) * sizeof(float);
+    for (const auto& s : f.stash) b += s ? s->bytes() : 0;
+    live_bytes_ = live_bytes_ - f.bytes + b;
+    f.bytes = b;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+}
+
+pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
+    InFlight& f = slot(microbatch, chunk);
+    size_t n = size_t(mb_rows_) * batch_->T * cfg_.hidden_size;
+    std::vector<float>& v = op == pp::Op::F ? f.input : f.grad_out;
+    v.assign(n, 0.0f);
+    account(f);
+    return {v.data(), n * sizeof(float)};
+}
+
+// Runs the chunk's layers on micro-batch m, keeping one stash per layer.
+void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool count_loss) {
+    MicroBatch mb = micro_batch(m);
+    const float* in = f.input.empty() ? nullptr : f.input.data();
+    std::vector<float> out;
+    f.stash.clear();
+    for (auto& layer : chunks_[chunk]) {
+        std::vector<float> next(layer->out_numel(mb.B, mb.T));
+        f.stash.push_back(layer->forward(next.data(), in, mb, opt_));
+        out.swap(next);
+        in = out.data();
+    }
+    Layer* last = chunks_[chunk].back().get();
+    if (last->index() == num_model_layers(cfg_) - 1) {   // the head: its output is the loss
+        if (count_loss) {
+            auto& hs = static_cast<HeadStash&>(*f.stash.back());
+            loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
+        }
+        if (count_loss) outbox_.clear();
+    } else if (count_loss) {
+        outbox_.swap(out);   // a recompute sends nothing
+    }
+}
+
+pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
+    InFlight& f = slot(microbatch, chunk);
+    run_forward(f, microbatch, chunk, true);
+    if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
+    account(f);
+    return outbox();
+}
+
+pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
+    InFlight& f = slot(microbatch, chunk);
+    if (f.stash.empty()) {   // recompute: the same forward, the same dropout masks, the same bits
+        run_forward(f, microbatch, chunk, false);
+        account(f);
+    }
+    MicroBatch mb = micro_batch(microbatch);
+    auto& layers = chunks_[chunk];
+    std::vector<float> dout = std::move(f.grad_out), din;
+    for (int i = int(layers.size()) - 1; i >= 0; i--) {
+        bool first_layer = layers[i]->index() == 0;
+        din.assign(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size, 0.0f);
+        layers[i]->backward_input(first_layer ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(),
+                                  *f.stash[i], mb, opt_);
+        dout.swap(din);
+    }
+    f.grad_out.clear();
+    account(f);
+    outbox_ = std::move(dout);
+    return outbox();
+}
+
+void TransformerStage::backward_weight(int microbatch, int chunk) {
+    InFlight& f = slot(microbatch, chunk);
+    MicroBatch mb = micro_batch(microbatch);
+    auto& layers = chunks_[chunk];
+    for (int i = int(layers.size()) - 1; i >= 0; i--) layers[i]->backward_weight(*f.stash[i], mb, opt_);
+    release(microbatch, chunk);
+}
+
+// B = BI then BW on the same stash: the same operations in the same order as the
+// zero-bubble split, hence the same bits.
+pp::Buffer TransformerStage::backward(int microbatch, int chunk) {
+    backward_input(microbatch, chunk);
+    backward_weight(microbatch, chunk);
+    return outbox();
+}
+
+void TransformerStage::release(int microbatch, int chunk) {
+    auto it = inflight_.find({microbatch, chunk});
+    if (it == inflight_.end()) return;
+    live_bytes_ -= it->second.bytes;
+    inflight_.erase(it);
+}
+
+}  // namespace pt

@@ -1,0 +1,79 @@
+// src/stage.hpp — a contiguous slice of the model's layers as a pp::Stage.
+//
+// The stage owns the activation stash: for every micro-batch in flight it keeps what each of
+// its layers needs for the backward. With recompute "full" it keeps only the input it received
+// and re-runs its forward just before the backward; the counter-based dropout RNG makes the
+// recomputed activations bitwise equal to the ones it threw away.
+#pragma once
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "pipeline.hpp"
+#include "src/data.hpp"
+#include "src/model.hpp"
+
+namespace pt {
+
+enum class Recompute { none, full };
+Recompute parse_recompute(const std::string& s);   // throws naming --recompute
+
+class TransformerStage : public pp::Stage {
+ public:
+    // chunk_layers[c] = the model layer indices of chunk c (contiguous, increasing).
+    TransformerStage(const ModelConfig& cfg, std::vector<std::vector<int>> chunk_layers, Recompute recompute,
+                     RunOptions opt);
+
+    // Micro-batch m of this step is rows [m*mb_rows, (m+1)*mb_rows) of `batch`; its global
+    // index (the dropout key) is first_microbatch + m.
+    void begin_step(const Batch* batch, int mb_rows, int first_microbatch, uint32_t step, float loss_scale);
+    double loss_sum() const { return loss_sum_; }       // summed over this step's micro-batches
+    int64_t num_targets() const { return num_targets_; }
+
+    void zero_grads();
+    std::vector<Layer*> layers();                      // every layer of every chunk, in model order
+    bool has_layer(int index) const;
+    Layer* layer(int index);                           // null if not here
+    size_t peak_stash_bytes() const { return peak_bytes_; }
+    size_t stash_bytes() const { return live_bytes_; }
+    RunOptions& options() { return opt_; }
+
+    // pp::Stage
+    pp::Buffer input_buffer(pp::Op op, int microbatch, int chunk) override;
+    pp::Buffer forward(int microbatch, int chunk) override;
+    pp::Buffer backward(int microbatch, int chunk) override;
+    pp::Buffer backward_input(int microbatch, int chunk) override;
+    void backward_weight(int microbatch, int chunk) override;
+
+ private:
+    struct InFlight {   // one (micro-batch, chunk)
+        std::vector<float> input;                 // received activation (empty on the first layer)
+        std::vector<float> grad_out;              // received gradient
+        std::vector<std::unique_ptr<Stash>> stash;   // one per layer of the chunk (empty when recomputed)
+        size_t bytes = 0;
+    };
+    MicroBatch micro_batch(int m) const;
+    InFlight& slot(int microbatch, int chunk);
+    void run_forward(InFlight& f, int microbatch, int chunk, bool count_loss);
+    void account(InFlight& f);
+    void release(int microbatch, int chunk);
+    // The tensor the last forward/backward produced for the executor to send. Valid until the
+    // next call on this stage, which is all the executor needs (it sends right after the op).
+    pp::Buffer outbox() { return {outbox_.empty() ? nullptr : outbox_.data(), outbox_.size() * sizeof(float)}; }
+    std::vector<float> outbox_;
+
+    ModelConfig cfg_;
+    std::vector<std::vector<std::unique_ptr<Layer>>> chunks_;
+    Recompute recompute_;
+    RunOptions opt_;
+    const Batch* batch_ = nullptr;
+    int mb_rows_ = 0, first_mb_ = 0;
+    uint32_t step_ = 0;
+    float loss_scale_ = 1;
+    double loss_sum_ = 0;
+    int64_t num_targets_ = 0;
+    std::map<std::pair<int, int>, InFlight> inflight_;
+    size_t live_bytes_ = 0, peak_bytes_ = 0;
+};
+
+}  // namespace pt

@@ -1,0 +1,589 @@
+#include "src/trainer.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include "kernels/ops.hpp"
+#include "pipeline.hpp"
+#include "src/args.hpp"
+#include "src/checkpoint.hpp"
+#include "src/comm.hpp"
+#include "src/safetensors.hpp"
+#include "src/stage.hpp"
+#include "src/tokenizer.hpp"
+
+namespace pt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- the model and the data a run needs -----------------------------------------------------
+
+struct Setup {
+    ModelConfig cfg;
+    std::vector<std::string> vocab;             // vocab.txt lines written with the model
+    std::string model_dir;                      // --model, empty for a preset
+    Objective objective = Objective::mlm;
+    std::vector<std::vector<int32_t>> train;    // corpus sequences (empty with --inputs)
+    Batch fixed;                                // --inputs batch
+    std::vector<Batch> eval;
+    SpecialIds special;
+    uint64_t seed = 0;
+    int B = 0, T = 0;
+};
+
+std::vector<std::string> placeholder_vocab(int V) {
+    std::vector<std::string> v = {"[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"};
+    while (int(v.size()) < V) v.push_back("[unused" + std::to_string(v.size()) + "]");
+    v.resize(V);
+    return v;
+}
+
+// Every id must index its table: a bad id is an error naming the source, not a crash.
+void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& source) {
+    if (b.T > cfg.max_position_embeddings)
+        throw std::runtime_error(source + ": sequence length " + std::to_string(b.T) + " exceeds max_position_embeddings " +
+                                 std::to_string(cfg.max_position_embeddings));
+    auto check = [&](const std::vector<int32_t>& v, int limit, const char* what, bool allow_ignore) {
+        for (int32_t x : v)
+            if ((x < 0 || x >= limit) && !(allow_ignore && x == kIgnore))
+                throw std::runtime_error(source + ": " + what + " id " + std::to_string(x) + " out of range [0, " +
+                                         std::to_string(limit) + ")");
+    };
+    check(b.input_ids, cfg.vocab_size, "input", false);
+    check(b.token_type_ids, cfg.type_vocab_size, "token_type", false);
+    if (cfg.use_task_id) check(b.task_type_ids, cfg.task_type_vocab_size, "task_type", false);
+    check(b.targets, cfg.vocab_size, "target", true);
+    for (int32_t m : b.attention_mask)
+        if (m != 0 && m != 1) throw std::runtime_error(source + ": attention_mask must be 0 or 1");
+}
+
+Setup make_setup(const Args& a, bool training) {
+    Setup s;
+    s.objective = parse_objective(a.str("--objective", "mlm"));
+    s.seed = uint64_t(a.integer("--seed", 1234, 0, (1LL << 62)));
+    s.T = int(a.integer("--seq", 64, 3, 1 << 16));
+    bool has_data = a.has("--data"), has_inputs = a.has("--inputs");
+    if (has_data == has_inputs) throw std::runtime_error("--data / --inputs: give exactly one of them");
+
+    std::unique_ptr<Tokenizer> tok;
+    if (a.has("--model")) {
+        if (a.has("--preset")) throw std::runtime_error("--model / --preset: give only one of them");
+        s.model_dir = a.str("--model");
+        s.cfg = ModelConfig::from_json_file(s.model_dir + "/config.json");
+        std::string vocab_path = s.model_dir + "/vocab.txt";
+        if (std::filesystem::exists(vocab_path)) {
+            tok = std::make_unique<Tokenizer>(Tokenizer::from_file(vocab_path));
+            if (int(tok->size()) > s.cfg.vocab_size)
+                throw std::runtime_error(vocab_path + ": " + std::to_string(tok->size()) +
+                                         " tokens but the model's vocab_size is " + std::to_string(s.cfg.vocab_size));
+            for (size_t i = 0; i < tok->size(); i++) s.vocab.push_back(tok->token(int32_t(i)));
+        } else if (has_data) {
+            throw std::runtime_error(vocab_path + ": missing (needed to tokenize --data)");
+        } else {
+            s.vocab = placeholder_vocab(s.cfg.vocab_size);
+        }
+    } else {
+        if (!training) throw std::runtime_error("--model: required");
+        s.cfg = ModelConfig::preset(a.str("--preset", "tiny"));
+        if (has_data) {
+            // A preset trained on a corpus gets a vocabulary built from that corpus.
+            int max_vocab = int(a.integer("--vocab-size", s.cfg.vocab_size, 16, 1 << 20));
+            s.vocab = build_vocab(read_lines(a.str("--data")), size_t(max_vocab));
+            tok = std::make_unique<Tokenizer>(s.vocab, a.str("--data") + " (built vocab)");
+            s.cfg.vocab_size = int(s.vocab.size());
+        } else {
+            s.vocab = placeholder_vocab(s.cfg.vocab_size);
+        }
+    }
+    if (a.has("--dropout")) {
+        double p = a.real("--dropout", 0);
+        if (!(p >= 0 && p < 1)) throw std::runtime_error("--dropout: expected a probability in [0, 1)");
+        s.cfg.hidden_dropout_prob = s.cfg.attention_probs_dropout_prob = float(p);
+    }
+    if (s.T > s.cfg.max_position_embeddings)
+        throw std::runtime_error("--seq: " + std::to_string(s.T) + " exceeds the model's max_position_embeddings " +
+                                 std::to_string(s.cfg.max_position_embeddings));
+
+    const int eval_rows = 8;   // fixed, so that eval after training and eval of the saved model agree
+    if (has_data) {
+        s.special = special_ids(*tok);
+        Corpus c = load_corpus(a.str("--data"), *tok, s.T);
+        s.train = std::move(c.train);
+        s.eval = make_eval_batches(c.eval, eval_rows, s.objective, s.special, s.seed);
+        for (const Batch& b : s.eval) check_batch(b, s.cfg, a.str("--data"));
+    } else {
+        s.fixed = load_inputs(a.str("--inputs"), s.objective);
+        check_batch(s.fixed, s.cfg, a.str("--inputs"));
+        s.T = s.fixed.T;
+        s.eval = {s.fixed};
+    }
+    return s;
+}
+
+// ---- schedules and partitions -------------------------------------------------------------
+
+pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
+    if (name != "interleaved" && V != 1) throw std::runtime_error("--chunks: only the interleaved schedule has chunks");
+    if (name == "gpipe") return pp::gpipe(P, M);
+    if (name == "1f1b") return pp::one_f_one_b(P, M);
+    if (name == "interleaved") return pp::interleaved(P, M, V);
+    if (name == "zb-h1") return pp::zero_bubble_h1(P, M);
+    throw std::runtime_error("--schedule: expected gpipe, 1f1b, interleaved or zb-h1, got \"" + name + "\"");
+}
+
+// chunk_layers[rank][chunk] = layer indices. Virtual stage s = chunk * P + rank.
+std::vector<std::vector<std::vector<int>>> split_layers(const std::vector<double>& costs, int P, int V) {
+    int S = P * V, L = int(costs.size());
+    if (S > L)
+        throw std::runtime_error("--stages: " + std::to_string(P) + " stages × " + std::to_string(V) +
+                                 " chunks need at least " + std::to_string(S) + " layers, the model has " +
+                                 std::to_string(L) + " (embedding + blocks + head)");
+    std::vector<int> bounds = pp::partition(costs, S);
+    std::vector<std::vector<std::vector<int>>> out(P, std::vector<std::vector<int>>(V));
+    for (int s = 0; s < S; s++)
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) out[s % P][s / P].push_back(l);
+    return out;
+}
+
+std::string human_bytes(double b) {
+    char buf[32];
+    if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2fG", b / (1 << 30));
+    else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1fM", b / (1 << 20));
+    else std::snprintf(buf, sizeof buf, "%.0fK", b / 1024);
+    return buf;
+}
+
+std::string human_time(double s) {
+    char buf[32];
+    if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+    else std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+    return buf;
+}
+
+// Learning rate: linear warm-up, then cosine decay to 10% of the peak.
+double lr_at(int step, int steps, int warmup, double lr) {
+    if (step < warmup) return lr * (step + 1) / warmup;
+    double progress = steps > warmup ? double(step - warmup) / (steps - warmup) : 1.0;
+    return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
+}
+
+// Slot of each parameter tensor in the model-order list of per-tensor partial norms. A fixed
+// number of slots per layer lets every rank fill its own without knowing the others.
+constexpr int kSlotsPerLayer = 32;
+
+struct Optimizer {   // AdamW moments, one flat buffer per layer like the parameters
+    std::vector<std::vector<float>> m, v;
+};
+
+// Runs the steps for one rank (one thread). Everything shared is passed in `World`.
+struct World {
+    const Setup* setup = nullptr;
+    int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1;
+    double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
+    pp::Schedule schedule;
+    std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
+    std::vector<Optimizer> optim;
+    std::string dump_grads;
+    // measured per step, read by rank 0 for the progress line
+    std::vector<double> busy_us, span_us;
+    std::vector<std::vector<pp::Event>> timelines;
+    double last_loss = 0;
+    std::mutex mu;
+    st::Writer grads_dump;
+};
+
+void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int p, int d) {
+    int last = w.setup->cfg.num_hidden_layers + 1;
+    Layer* emb = stage.layer(0);
+    Layer* head = stage.layer(last);
+    if (!emb && !head) return;
+    size_t n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
+    float* g_emb = emb ? emb->grads.data() + emb->params_info[0].offset : nullptr;   // word embedding first
+    float* g_head = head ? head->grads.data() + head->params_info.back().offset : nullptr;   // tied copy last
+    if (emb && head) {   // both on this rank
+        ops::accumulate(g_emb, g_head, int(n));
+        std::copy(g_emb, g_emb + n, g_head);
+        return;
+    }
+    // Ranks 0 and P-1 swap their halves; both add embedding + head in that order: same bits.
+    std::vector<float> other(n);
+    int peer = emb ? (d * w.P + w.P - 1) : (d * w.P);
+    float* mine = emb ? g_emb : g_head;
+    comm.group({{true, mine, n * sizeof(float), peer, 9001}, {false, other.data(), n * sizeof(float), peer, 9001}});
+    if (emb) {
+        ops::accumulate(g_emb, other.data(), int(n));
+    } else {
+        ops::accumulate(other.data(), g_head, int(n));
+        std::copy(other.begin(), other.end(), g_head);
+    }
+}
+
+// After the update both copies must hold the same bits: the proof that tying is exact.
+void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
+    int last = w.setup->cfg.num_hidden_layers + 1;
+    Layer* emb = stage.layer(0);
+    Layer* head = stage.layer(last);
+    if (!emb && !head) return;
+    size_t n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
+    const float* p_emb = emb ? emb->params.data() + emb->params_info[0].offset : nullptr;
+    const float* p_head = head ? head->params.data() + head->params_info.back().offset : nullptr;
+    std::vector<float> other;
+    if (!(emb && head)) {
+        other.resize(n);
+        int peer = emb ? (d * w.P + w.P - 1) : (d * w.P);
+        comm.group({{true, const_cast<float*>(emb ? p_emb : p_head), n * sizeof(float), peer, 9002},
+                    {false, other.data(), n * sizeof(float), peer, 9002}});
+        (emb ? p_head : p_emb) = other.data();
+    }
+    if (std::memcmp(p_emb, p_head, n * sizeof(float)) != 0)
+        throw std::runtime_error("tied word embedding copies differ after the optimizer step");
+}
+
+void run_rank(World& w, pp::Comm& comm, int rank) {
+    const Setup& s = *w.setup;
+    int p = rank % w.P, d = rank / w.P;
+    ops::set_num_threads(w.threads);
+    TransformerStage& stage = *w.stages[rank];
+    std::vector<int> pp_group, dp_group;
+    for (int i = 0; i < w.P; i++) pp_group.push_back(d * w.P + i);
+    for (int i = 0; i < w.D; i++) dp_group.push_back(i * w.P + p);
+    std::vector<int> everyone(w.P * w.D);
+    for (int i = 0; i < w.P * w.D; i++) everyone[i] = i;
+    pp::Pipeline pipe(w.schedule, w.V, stage, comm, p, pp_group);
+    Optimizer& opt = w.optim[rank];
+    int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
+    int n_slots = num_model_layers(s.cfg) * kSlotsPerLayer;
+    auto t_start = Clock::now();
+
+    for (int step = 0; step < w.steps; step++) {
+        Batch global = s.train.empty() ? s.fixed : make_batch(s.train, step, B, s.objective, s.special, s.seed);
+        Batch local = global.slice(d * rows_per_replica, rows_per_replica);
+        int64_t targets = global.num_targets();
+        stage.zero_grads();
+        stage.begin_step(&local, mb_rows, d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
+        auto t0 = Clock::now();
+        pipe.run_step();
+        double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+
+        // Gradients: tied sum, then data-parallel sum, both in a fixed order.
+        tied_sum(w, comm, stage, p, d);
+        if (w.D > 1)
+            for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
+        if (!w.dump_grads.empty() && step == 0 && d == 0) {
+            std::lock_guard<std::mutex> lock(w.mu);
+            for (Layer* l : stage.layers())
+                for (const ParamInfo& pi : l->params_info)
+                    if (!pi.tied) w.grads_dump.add_f32(pi.name, pi.shape, l->grads.data() + pi.offset);
+        }
+
+        // Global gradient norm from per-tensor float64 partials, summed in model order.
+        std::vector<double> partial(n_slots, 0.0);
+        for (Layer* l : stage.layers())
+            for (size_t i = 0; i < l->params_info.size(); i++) {
+                const ParamInfo& pi = l->params_info[i];
+                if (!pi.tied) partial[l->index() * kSlotsPerLayer + i] = ops::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
+            }
+        comm.allreduce_sum(partial.data(), partial.size(), pp_group);
+        double sumsq = 0;
+        for (double x : partial) sumsq += x;
+        double norm = std::sqrt(sumsq);
+        float coef = norm > w.clip ? float(w.clip / (norm + 1e-6)) : 1.0f;
+        float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
+        for (size_t li = 0; li < stage.layers().size(); li++) {
+            Layer* l = stage.layers()[li];
+            if (coef != 1.0f) ops::scale(l->grads.data(), coef, int(l->grads.size()));
+            for (const ParamInfo& pi : l->params_info)
+                ops::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + pi.offset, opt.v[li].data() + pi.offset,
+                                  l->grads.data() + pi.offset, int64_t(pi.numel), lr, 0.9f, 0.999f, 1e-8f,
+                                  pi.decay ? float(w.weight_decay) : 0.0f, step + 1);
+        }
+        check_tied(w, comm, stage, d);
+
+        // Loss of the global batch, known on every rank.
+        double loss_sum = stage.loss_sum();
+        comm.allreduce_sum(&loss_sum, 1, everyone);
+        {
+            std::lock_guard<std::mutex> lock(w.mu);
+            w.busy_us[rank] = 0;
+            for (const pp::Event& e : pipe.timeline())
+                if (e.kind == pp::EventKind::compute) w.busy_us[rank] += e.end - e.start;
+            w.span_us[rank] = span;
+            w.timelines[rank] = pipe.timeline();
+        }
+        comm.barrier();
+        if (rank == 0) {
+            double loss = targets ? loss_sum / double(targets) : 0.0;
+            w.last_loss = loss;
+            double busy = 0, worst_span = 0;
+            for (int r = 0; r < w.P; r++) busy += w.busy_us[r], worst_span = std::max(worst_span, w.span_us[r]);
+            double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
+            double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
+            double tok_s = double(step + 1) * B * s.T / std::max(elapsed, 1e-9);
+            std::string stash;
+            for (int r = 0; r < w.P; r++) stash += (r ? "/" : "") + human_bytes(double(w.stages[r]->peak_stash_bytes()));
+            std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
+                        step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
+                        human_time(elapsed / (step + 1) * (w.steps - step - 1)).c_str());
+            std::fflush(stdout);
+        }
+        comm.barrier();
+    }
+}
+
+std::vector<Layer*> replica_layers(World& w) {   // replica 0, model order
+    std::vector<Layer*> all;
+    for (int i = 0; i < num_model_layers(w.setup->cfg); i++)
+        for (int r = 0; r < w.P; r++)
+            if (Layer* l = w.stages[r]->layer(i)) all.push_back(l);
+    return all;
+}
+
+}  // namespace
+
+// ---- evaluation -----------------------------------------------------------------------------
+
+EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>& batches, bool causal) {
+    EvalResult r;
+    RunOptions opt;
+    opt.train = false, opt.causal = causal;
+    for (const Batch& b : batches) {
+        MicroBatch mb = b.rows(0, b.B);
+        std::vector<float> act, next;
+        for (Layer* l : layers) {
+            next.assign(l->out_numel(mb.B, mb.T), 0.0f);
+            std::unique_ptr<Stash> s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
+            if (auto* hs = dynamic_cast<HeadStash*>(s.get())) r.loss_sum += hs->loss_sum, r.targets += hs->num_targets;
+            act.swap(next);
+        }
+    }
+    return r;
+}
+
+std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T) {
+    int L = num_model_layers(cfg);
+    std::vector<double> costs(L, 1.0);
+    if (by == "uniform") return costs;
+    if (by == "params") {
+        for (int i = 0; i < L; i++) {
+            auto l = make_layer(cfg, i);
+            costs[i] = double(l->params.size());
+        }
+        return costs;
+    }
+    if (by != "time") throw std::runtime_error("--partition/--by: expected time, params or uniform, got \"" + by + "\"");
+    // Measure forward + backward of each layer on a random micro-batch (best of 3).
+    Batch b;
+    b.B = B, b.T = T;
+    size_t n = size_t(B) * T;
+    b.input_ids.assign(n, 0), b.token_type_ids.assign(n, 0), b.attention_mask.assign(n, 1), b.targets.assign(n, kIgnore);
+    for (size_t i = 0; i < n; i++) {
+        b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
+        if (i % 7 == 3) b.targets[i] = b.input_ids[i];
+    }
+    MicroBatch mb = b.rows(0, B);
+    mb.loss_scale = 1.0f / float(b.num_targets());
+    RunOptions opt;
+    std::vector<float> x(n * cfg.hidden_size, 0.5f), dx(n * cfg.hidden_size), dout(n * cfg.hidden_size, 1e-3f);
+    for (int i = 0; i < L; i++) {
+        auto l = make_layer(cfg, i);
+        l->init(1, 0.02f);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            auto t0 = Clock::now();
+            std::vector<float> out(l->out_numel(B, T));
+            auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
+            l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
+            l->backward_weight(*s, mb, opt);
+            best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        costs[i] = best;
+    }
+    return costs;
+}
+
+// ---- pipetrain train ------------------------------------------------------------------------
+
+int train_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
+                  "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
+                  "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
+                  "--warmup", "--clip", "--weight-decay", "--timeout"});
+    World w;
+    Setup s = make_setup(a, true);
+    w.setup = &s;
+    std::string out = a.required("--out");
+    w.P = int(a.integer("--stages", 1, 1, 64));
+    w.D = int(a.integer("--dp", 1, 1, 64));
+    w.M = int(a.integer("--micro-batches", 1, 1, 4096));
+    w.V = int(a.integer("--chunks", 1, 1, 64));
+    w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
+    w.threads = int(a.integer("--threads", 1, 1, 256));
+    w.lr = a.real("--lr", 1e-3);
+    w.clip = a.real("--clip", 1.0);
+    w.weight_decay = a.real("--weight-decay", 0.01);
+    w.warmup = int(a.integer("--warmup", std::max(1, w.steps / 10), 1, 1 << 30));
+    w.dump_grads = a.str("--dump-grads");
+    double timeout = a.real("--timeout", 120.0);
+    s.B = s.train.empty() ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
+    if (s.train.empty() && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
+        throw std::runtime_error("--batch: the --inputs file holds " + std::to_string(s.fixed.B) + " rows");
+    if (s.B % (w.D * w.M) != 0)
+        throw std::runtime_error("--batch: " + std::to_string(s.B) + " is not divisible by --dp × --micro-batches = " +
+                                 std::to_string(w.D * w.M));
+    Recompute recompute = parse_recompute(a.str("--recompute", "none"));
+    std::string sched_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
+    w.schedule = make_schedule(sched_name, w.P, w.M, w.V);
+    pp::validate(w.schedule);
+    auto split = split_layers(layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T), w.P, w.V);
+
+    RunOptions opt;
+    opt.train = true, opt.causal = s.objective == Objective::causal, opt.seed = s.seed;
+    opt.hidden_dropout = s.cfg.hidden_dropout_prob, opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
+    for (int d = 0; d < w.D; d++)
+        for (int p = 0; p < w.P; p++) w.stages.push_back(std::make_unique<TransformerStage>(s.cfg, split[p], recompute, opt));
+    for (int d = 0; d < w.D; d++) {
+        std::vector<Layer*> layers;
+        for (int p = 0; p < w.P; p++)
+            for (Layer* l : w.stages[d * w.P + p]->layers()) layers.push_back(l);
+        if (s.model_dir.empty()) {
+            for (Layer* l : layers) l->init(s.seed, 0.02f);
+        } else {
+            load_weights(s.model_dir, layers);
+        }
+    }
+    for (auto& st : w.stages) {
+        Optimizer o;
+        for (Layer* l : st->layers()) o.m.emplace_back(l->params.size(), 0.0f), o.v.emplace_back(l->params.size(), 0.0f);
+        w.optim.push_back(std::move(o));
+    }
+    int R = w.P * w.D;
+    w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
+
+    int64_t n_params = 0;
+    for (Layer* l : replica_layers(w))
+        for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
+    std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
+                s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
+                s.train.empty() ? ("fixed batch " + a.str("--inputs")).c_str()
+                                : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
+    std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
+                sched_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
+    for (int p = 0; p < w.P; p++) {
+        std::printf("  stage %d:", p);
+        for (const auto& chunk : split[p]) {
+            std::printf(" [");
+            for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
+            std::printf("]");
+        }
+        std::printf("\n");
+    }
+    std::fflush(stdout);
+
+    auto t0 = Clock::now();
+    pp::ThreadWorld world(R, timeout);
+    pp::run_ranks(world, [&](pp::Comm& comm, int rank) { run_rank(w, comm, rank); });
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+
+    std::vector<Layer*> layers = replica_layers(w);
+    save_model_dir(out, s.cfg, s.vocab, layers);
+    if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);
+    if (a.has("--trace")) {
+        std::vector<pp::Event> all;
+        for (int r = 0; r < w.P; r++) all.insert(all.end(), w.timelines[r].begin(), w.timelines[r].end());
+        st::write_file_atomic(a.str("--trace"), pp::chrome_trace(all));
+        std::printf("%s", pp::ascii_timeline(all, w.P, 100).c_str());
+    }
+    EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
+    std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
+                w.steps, secs, w.last_loss, ev.loss(), std::exp(ev.loss()), (long long)ev.targets, out.c_str());
+    return 0;
+}
+
+// ---- pipetrain eval -----------------------------------------------------------------------
+
+int eval_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--data", "--inputs", "--objective", "--dump-logits", "--seq", "--seed", "--threads"});
+    ops::set_num_threads(int(a.integer("--threads", 1, 1, 256)));
+    Setup s = make_setup(a, false);
+    std::vector<std::unique_ptr<Layer>> owned;
+    std::vector<Layer*> layers;
+    for (int i = 0; i < num_model_layers(s.cfg); i++) owned.push_back(make_layer(s.cfg, i)), layers.push_back(owned.back().get());
+    load_weights(s.model_dir, layers);
+    EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
+    std::printf("eval loss %.9g ppl %.3f (%lld targets)\n", ev.loss(), std::exp(ev.loss()), (long long)ev.targets);
+    if (a.has("--dump-logits")) {
+        // Hidden states and logits at every position of the first eval batch.
+        const Batch& b = s.eval[0];
+        MicroBatch mb = b.rows(0, b.B);
+        RunOptions opt;
+        opt.train = false, opt.causal = s.objective == Objective::causal, opt.all_logits = true;
+        std::vector<float> act, next;
+        st::Writer w;
+        std::string prefix = opt.causal ? "causal_" : "";
+        for (Layer* l : layers) {
+            next.assign(l->out_numel(mb.B, mb.T), 0.0f);
+            auto st = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
+            if (auto* hs = dynamic_cast<HeadStash*>(st.get())) {
+                w.add_f32(prefix + "last_hidden_state", {b.B, b.T, s.cfg.hidden_size}, act.data());
+                w.add_f32(opt.causal ? "causal_logits" : "mlm_logits", {b.B, b.T, s.cfg.vocab_size}, hs->logits.data());
+                float loss = hs->num_targets ? float(hs->loss_sum / double(hs->num_targets)) : 0.0f;
+                w.add_f32(opt.causal ? "causal_lm_loss" : "mlm_loss", {1}, &loss);
+            }
+            act.swap(next);
+        }
+        w.write(a.str("--dump-logits"));
+    }
+    return 0;
+}
+
+// ---- pipetrain schedule / partition ------------------------------------------------------
+
+int schedule_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--trace"});
+    int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
+    int V = int(a.integer("--chunks", 1, 1, 64));
+    pp::Schedule sched = make_schedule(a.str("--schedule", "1f1b"), P, M, V);
+    pp::validate(sched);
+    pp::Costs costs;
+    if (a.has("--costs")) {
+        double c[4];
+        if (std::sscanf(a.str("--costs").c_str(), "%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]) != 4)
+            throw std::runtime_error("--costs: expected f,bi,bw,comm (four numbers)");
+        costs.f = c[0], costs.bi = c[1], costs.bw = c[2], costs.comm = c[3];
+    }
+    pp::SimResult r = pp::simulate(sched, costs);
+    std::printf("%s", pp::ascii_timeline(r.events, P, 100).c_str());
+    std::printf("makespan %.2f | bubble %.1f%%\n", r.makespan, 100 * r.bubble);
+    for (int p = 0; p < P; p++) std::printf("  rank %d: peak live micro-batches %d\n", p, r.peak_live[p]);
+    if (a.has("--trace")) st::write_file_atomic(a.str("--trace"), pp::chrome_trace(r.events));
+    return 0;
+}
+
+int partition_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--preset", "--stages", "--by", "--batch", "--seq"});
+    ModelConfig cfg = a.has("--model") ? ModelConfig::from_json_file(a.str("--model") + "/config.json")
+                                       : ModelConfig::preset(a.str("--preset", "tiny"));
+    int P = int(a.integer("--stages", 4, 1, 64));
+    std::string by = a.str("--by", "time");
+    std::vector<double> costs = layer_costs(cfg, by, int(a.integer("--batch", 4, 1, 4096)), int(a.integer("--seq", 64, 3, 1 << 16)));
+    auto split = split_layers(costs, P, 1);
+    for (int p = 0; p < P; p++) {
+        double sum = 0;
+        for (int l : split[p][0]) sum += costs[l];
+        std::printf("stage %d: layers %d..%d  cost %.4g\n", p, split[p][0].front(), split[p][0].back(), sum);
+    }
+    return 0;
+}
+
+}  // namespace pt

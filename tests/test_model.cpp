@@ -1,0 +1,200 @@
+// The whole model's backward against central finite differences, for both objectives, with
+// padding, task ids, a head size that is not a power of two and dropout on (the counter-based
+// masks are a pure function of the key, so the perturbed forwards see the same masks).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "src/data.hpp"
+#include "src/model.hpp"
+
+using namespace pt;
+
+namespace {
+
+ModelConfig small_config(const std::string& act) {
+    ModelConfig c;
+    c.vocab_size = 23, c.hidden_size = 15, c.num_hidden_layers = 2, c.num_attention_heads = 3;   // HS = 5
+    c.intermediate_size = 19, c.hidden_act = act, c.max_position_embeddings = 9, c.type_vocab_size = 2;
+    c.use_task_id = true, c.task_type_vocab_size = 3, c.layer_norm_eps = 1e-5f;
+    return c;
+}
+
+Batch small_batch(const ModelConfig& c, Objective obj) {
+    Batch b;
+    b.B = 2, b.T = 7;
+    std::mt19937 rng(7);
+    for (int i = 0; i < b.B * b.T; i++) {
+        b.input_ids.push_back(int32_t(1 + rng() % (c.vocab_size - 1)));
+        b.token_type_ids.push_back(int32_t(rng() % 2));
+        b.task_type_ids.push_back(int32_t(rng() % 3));
+        b.attention_mask.push_back(i >= b.T + 5 ? 0 : 1);   // row 1 has 2 padding positions
+        b.targets.push_back(i % 3 == 1 ? int32_t(rng() % c.vocab_size) : kIgnore);
+    }
+    if (obj == Objective::causal) set_causal_targets(b);
+    return b;
+}
+
+struct Model {
+    std::vector<std::unique_ptr<Layer>> layers;
+    Model(const ModelConfig& c) {
+        for (int i = 0; i < num_model_layers(c); i++) {
+            layers.push_back(make_layer(c, i));
+            layers.back()->init(99, 0.3f);   // large weights: attention and GELU far from linear
+        }
+        // Non-trivial LayerNorm affine parameters and biases.
+        std::mt19937 rng(3);
+        std::normal_distribution<float> n(0.0f, 0.1f);
+        for (auto& l : layers)
+            for (const ParamInfo& p : l->params_info)
+                if (p.shape.size() == 1)
+                    for (size_t i = 0; i < p.numel; i++) l->params[p.offset + i] += n(rng);
+        sync_tied();
+    }
+    void sync_tied() {   // the head's decoder is the word embedding
+        Layer& emb = *layers.front();
+        Layer& head = *layers.back();
+        std::copy_n(emb.params.begin(), head.params_info.back().numel, head.params.begin() + head.params_info.back().offset);
+    }
+    // Loss (mean over targets) in double, and optionally the gradients.
+    double run(const Batch& b, const RunOptions& opt, bool backward) {
+        MicroBatch mb = b.rows(0, b.B);
+        mb.loss_scale = 1.0f / float(b.num_targets());
+        std::vector<std::unique_ptr<Stash>> stash;
+        std::vector<std::vector<float>> acts(1);
+        for (auto& l : layers) {
+            std::vector<float> out(l->out_numel(mb.B, mb.T));
+            stash.push_back(l->forward(out.data(), acts.back().empty() ? nullptr : acts.back().data(), mb, opt));
+            acts.push_back(std::move(out));
+        }
+        double loss = static_cast<HeadStash&>(*stash.back()).loss_sum / double(b.num_targets());
+        if (backward) {
+            for (auto& l : layers) std::fill(l->grads.begin(), l->grads.end(), 0.0f);
+            std::vector<float> dout;
+            for (int i = int(layers.size()) - 1; i >= 0; i--) {
+                std::vector<float> din(i == 0 ? 0 : acts[i].size(), 0.0f);
+                layers[i]->backward_input(i == 0 ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(), *stash[i], mb, opt);
+                layers[i]->backward_weight(*stash[i], mb, opt);
+                dout.swap(din);
+            }
+        }
+        return loss;
+    }
+};
+
+// Directional derivative along a random direction, per parameter tensor: robust to fp32 noise
+// because the analytic side is a dot product over the whole tensor.
+void check_gradients(const ModelConfig& c, Objective obj, float dropout) {
+    Model m(c);
+    Batch b = small_batch(c, obj);
+    RunOptions opt;
+    opt.train = dropout > 0, opt.causal = obj == Objective::causal, opt.seed = 5;
+    opt.hidden_dropout = opt.attention_dropout = dropout;
+    m.run(b, opt, true);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    int checked = 0;
+    for (auto& l : m.layers)
+        for (const ParamInfo& p : l->params_info) {
+            if (p.tied) continue;   // perturbed together with the word embedding below
+            bool word = p.name == "ernie.embeddings.word_embeddings.weight";
+            // ReLU: perturb a few elements only, so that hardly any input crosses the kink.
+            std::vector<float> dir(p.numel, 0.0f);
+            for (size_t i = 0; i < p.numel; i++)
+                if (c.hidden_act != "relu" || i % 97 == rng() % 97 || i == 0) dir[i] = n(rng);
+            double analytic = 0;
+            Layer& head = *m.layers.back();
+            for (size_t i = 0; i < p.numel; i++) {
+                double g = l->grads[p.offset + i];
+                if (word) g += head.grads[head.params_info.back().offset + i];   // the tied sum
+                analytic += g * dir[i];
+            }
+            std::vector<float> saved(l->params.begin() + p.offset, l->params.begin() + p.offset + p.numel);
+            auto loss_at = [&](float eps) {
+                for (size_t i = 0; i < p.numel; i++) l->params[p.offset + i] = saved[i] + eps * dir[i];
+                if (word) m.sync_tied();
+                return m.run(b, opt, false);
+            };
+            // Small enough that few ReLU inputs cross their kink, large enough for fp32 loss noise.
+            const float eps = c.hidden_act == "relu" ? 1e-3f : 1e-2f;
+            double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+            loss_at(0);
+            CAPTURE(p.name);
+            CAPTURE(analytic);
+            CAPTURE(numeric);
+            CHECK(std::fabs(numeric - analytic) <= 2e-3 + 2e-2 * std::fabs(analytic));
+            checked++;
+        }
+    CHECK(checked >= 16 * c.num_hidden_layers);
+}
+
+}  // namespace
+
+TEST_CASE("whole-model gradients match finite differences: MLM, gelu, no dropout") {
+    check_gradients(small_config("gelu"), Objective::mlm, 0.0f);
+}
+TEST_CASE("whole-model gradients match finite differences: causal, relu, no dropout") {
+    check_gradients(small_config("relu"), Objective::causal, 0.0f);
+}
+TEST_CASE("whole-model gradients match finite differences with dropout on (fixed masks)") {
+    check_gradients(small_config("gelu"), Objective::mlm, 0.1f);
+    check_gradients(small_config("gelu"), Objective::causal, 0.1f);
+}
+
+TEST_CASE("causal targets: t predicts t+1, none at the last real position or into padding") {
+    ModelConfig c = small_config("gelu");
+    Batch b = small_batch(c, Objective::causal);
+    for (int r = 0; r < b.B; r++)
+        for (int t = 0; t < b.T; t++) {
+            size_t i = size_t(r) * b.T + t;
+            bool real_next = t + 1 < b.T && b.attention_mask[i] && b.attention_mask[i + 1];
+            CHECK(b.targets[i] == (real_next ? b.input_ids[i + 1] : kIgnore));
+        }
+    CHECK(b.targets[b.T + 4] == kIgnore);   // row 1: position 4 is the last real token
+}
+
+TEST_CASE("causal mask: a later token cannot change an earlier position's loss") {
+    ModelConfig c = small_config("gelu");
+    Model m(c);
+    Batch b = small_batch(c, Objective::causal);
+    for (int32_t& t : b.targets) t = kIgnore;
+    b.targets[2] = 5;   // only position 2 of row 0 counts
+    RunOptions opt;
+    opt.train = false, opt.causal = true;
+    double before = m.run(b, opt, false);
+    b.input_ids[5] = (b.input_ids[5] + 1) % c.vocab_size;   // a future token
+    CHECK(m.run(b, opt, false) == before);
+    b.input_ids[1] = (b.input_ids[1] + 1) % c.vocab_size;   // a past token
+    CHECK(m.run(b, opt, false) != before);
+}
+
+TEST_CASE("backward = backward_input then backward_weight, bitwise, and recompute = stash") {
+    ModelConfig c = small_config("gelu");
+    Model m1(c), m2(c);
+    Batch b = small_batch(c, Objective::mlm);
+    RunOptions opt;
+    opt.train = true, opt.seed = 9, opt.hidden_dropout = opt.attention_dropout = 0.2f;
+    MicroBatch mb = b.rows(0, b.B);
+    mb.loss_scale = 0.1f;
+    // Forward twice on layer 1 (a block) from the same input: identical outputs (the recompute property).
+    std::vector<float> x(size_t(b.B) * b.T * c.hidden_size), y1(x.size()), y2(x.size());
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::sin(float(i));
+    auto s1 = m1.layers[1]->forward(y1.data(), x.data(), mb, opt);
+    auto s2 = m1.layers[1]->forward(y2.data(), x.data(), mb, opt);
+    CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
+    // Gradients of BI then BW, interleaved differently, still give the same bits.
+    std::vector<float> dy(x.size()), dx1(x.size(), 0.0f), dx2(x.size(), 0.0f);
+    for (size_t i = 0; i < dy.size(); i++) dy[i] = std::cos(float(i) * 0.37f);
+    m1.layers[1]->backward_input(dx1.data(), dy.data(), *s1, mb, opt);
+    m1.layers[1]->backward_weight(*s1, mb, opt);
+    m2.layers[1]->backward_input(dx2.data(), dy.data(), *s2, mb, opt);
+    std::vector<float> g_before = m2.layers[1]->grads;   // BI touches no weight gradient
+    for (float g : g_before) REQUIRE(g == 0.0f);
+    m2.layers[1]->backward_weight(*s2, mb, opt);
+    CHECK(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)) == 0);
+    CHECK(m1.layers[1]->grads == m2.layers[1]->grads);
+}

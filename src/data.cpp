@@ -112,6 +112,16 @@ uint64_t mix(uint64_t x) {   // splitmix64 finalizer: a counter-based hash
 uint64_t hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) { return mix(a ^ mix(b ^ mix(c ^ mix(d)))); }
 double unit(uint64_t h) { return (h >> 11) * 0x1.0p-53; }
 
+// A random ordinary token: redraw (deterministically) until it is not a special token.
+int32_t random_token(uint64_t h, const SpecialIds& sp) {
+    if (sp.vocab <= 5) return sp.mask;   // nothing ordinary to draw
+    for (;;) {
+        h = mix(h);
+        int32_t id = int32_t(h % uint64_t(sp.vocab));
+        if (id != sp.pad && id != sp.cls && id != sp.sep && id != sp.mask && id != sp.unk) return id;
+    }
+}
+
 void fill_row(Batch& b, int row, const std::vector<int32_t>& seq, Objective obj, const SpecialIds& sp,
               uint64_t seed, uint64_t stream) {
     for (int t = 0; t < b.T; t++) {
@@ -128,7 +138,7 @@ void fill_row(Batch& b, int row, const std::vector<int32_t>& seq, Objective obj,
         b.targets[i] = id;
         double r = unit(mix(h));
         if (r < 0.8) b.input_ids[i] = sp.mask;
-        else if (r < 0.9) b.input_ids[i] = int32_t(4 + mix(mix(h)) % uint64_t(sp.vocab - 4));  // not [PAD]…[MASK]
+        else if (r < 0.9) b.input_ids[i] = random_token(mix(h), sp);
     }
 }
 

@@ -98,9 +98,9 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool count_los
             auto& hs = static_cast<HeadStash&>(*f.stash.back());
             loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
         }
-        if (count_loss) outbox_.clear();
+        if (count_loss) fwd_out_.clear();
     } else if (count_loss) {
-        outbox_.swap(out);   // a recompute sends nothing
+        fwd_out_.swap(out);   // a recompute sends nothing
     }
 }
 
@@ -109,7 +109,7 @@ pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     run_forward(f, microbatch, chunk, true);
     if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
     account(f);
-    return outbox();
+    return view(fwd_out_);
 }
 
 pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
@@ -130,8 +130,8 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     }
     f.grad_out.clear();
     account(f);
-    outbox_ = std::move(dout);
-    return outbox();
+    bwd_out_ = std::move(dout);
+    return view(bwd_out_);
 }
 
 void TransformerStage::backward_weight(int microbatch, int chunk) {
@@ -147,7 +147,7 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
 pp::Buffer TransformerStage::backward(int microbatch, int chunk) {
     backward_input(microbatch, chunk);
     backward_weight(microbatch, chunk);
-    return outbox();
+    return view(bwd_out_);
 }
 
 void TransformerStage::release(int microbatch, int chunk) {

@@ -57,10 +57,11 @@ class TransformerStage : public pp::Stage {
     void run_forward(InFlight& f, int microbatch, int chunk, bool count_loss);
     void account(InFlight& f);
     void release(int microbatch, int chunk);
-    // The tensor the last forward/backward produced for the executor to send. Valid until the
-    // next call on this stage, which is all the executor needs (it sends right after the op).
-    pp::Buffer outbox() { return {outbox_.empty() ? nullptr : outbox_.data(), outbox_.size() * sizeof(float)}; }
-    std::vector<float> outbox_;
+    // What the last forward / backward produced for the executor to send. Valid until the next
+    // call of the same kind: the executor sends right after the op, or (interleaved) after the
+    // forward-backward pair, which is why forward and backward have separate buffers.
+    static pp::Buffer view(std::vector<float>& v) { return {v.empty() ? nullptr : v.data(), v.size() * sizeof(float)}; }
+    std::vector<float> fwd_out_, bwd_out_;
 
     ModelConfig cfg_;
     std::vector<std::vector<std::unique_ptr<Layer>>> chunks_;

@@ -203,7 +203,7 @@ struct World {
     st::Writer grads_dump;
 };
 
-void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int p, int d) {
+void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
     int last = w.setup->cfg.num_hidden_layers + 1;
     Layer* emb = stage.layer(0);
     Layer* head = stage.layer(last);
@@ -277,7 +277,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
         // Gradients: tied sum, then data-parallel sum, both in a fixed order.
-        tied_sum(w, comm, stage, p, d);
+        tied_sum(w, comm, stage, d);
         if (w.D > 1)
             for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
         if (!w.dump_grads.empty() && step == 0 && d == 0) {
@@ -317,7 +317,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             std::lock_guard<std::mutex> lock(w.mu);
             w.busy_us[rank] = 0;
             for (const pp::Event& e : pipe.timeline())
-                if (e.kind == pp::EventKind::compute) w.busy_us[rank] += e.end - e.start;
+                if (!e.comm) w.busy_us[rank] += e.end - e.start;
             w.span_us[rank] = span;
             w.timelines[rank] = pipe.timeline();
         }
@@ -492,7 +492,10 @@ int train_main(const std::vector<std::string>& argv) {
 
     auto t0 = Clock::now();
     pp::ThreadWorld world(R, timeout);
-    pp::run_ranks(world, [&](pp::Comm& comm, int rank) { run_rank(w, comm, rank); });
+    pp::run_ranks(world, [&](int rank) {
+        pp::ThreadComm comm(world, rank);
+        run_rank(w, comm, rank);
+    });
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
     std::vector<Layer*> layers = replica_layers(w);

@@ -1,0 +1,156 @@
+// src/comm.cpp — ThreadComm: see comm.hpp.
+#include "src/comm.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <thread>
+
+namespace pp {
+
+namespace {
+const int kReduceTag = -2, kResultTag = -3, kBarrierTag = -4;
+
+std::string tag_text(int tag) {
+    if (tag == kReduceTag || tag == kResultTag) return "allreduce";
+    if (tag == kBarrierTag) return "barrier";
+    return tag >= 0 ? tag_label(tag) + " (tag " + std::to_string(tag) + ")" : "tag " + std::to_string(tag);
+}
+}  // namespace
+
+ThreadWorld::ThreadWorld(int size, double timeout_s)
+    : size_(size), timeout_s_(timeout_s), queues_(size_t(2) * size * size) {
+    if (size < 1 || timeout_s <= 0)
+        throw std::invalid_argument("ThreadWorld: need size >= 1 and timeout > 0, got size=" + std::to_string(size) +
+                                    " timeout=" + std::to_string(timeout_s));
+}
+
+void ThreadWorld::abort(const std::string& why) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!aborted_) aborted_ = true, why_ = why;
+    }
+    cv_.notify_all();
+}
+
+bool ThreadWorld::aborted() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return aborted_;
+}
+
+std::string ThreadWorld::abort_reason() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return why_;
+}
+
+ThreadComm::ThreadComm(ThreadWorld& world, int rank) : world_(world), rank_(rank) {
+    if (rank < 0 || rank >= world.size())
+        throw std::invalid_argument("ThreadComm: rank " + std::to_string(rank) + " outside a world of " +
+                                    std::to_string(world.size()));
+}
+
+void ThreadComm::post(int channel, const void* data, std::size_t bytes, int peer, int tag) {
+    if (peer < 0 || peer >= world_.size())
+        throw std::runtime_error("rank " + std::to_string(rank_) + ": send to rank " + std::to_string(peer) +
+                                 " outside a world of " + std::to_string(world_.size()));
+    const char* p = static_cast<const char*>(data);
+    ThreadWorld::Message m{tag, std::vector<char>(p, p + bytes)};
+    {
+        std::lock_guard<std::mutex> lock(world_.mutex_);
+        if (world_.aborted_) throw std::runtime_error("aborted: " + world_.why_);
+        world_.queues_[(size_t(channel) * world_.size_ + rank_) * world_.size_ + peer].push_back(std::move(m));
+    }
+    world_.cv_.notify_all();
+}
+
+void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int tag) {
+    std::string who = "rank " + std::to_string(rank_) + ": recv from rank " + std::to_string(peer);
+    if (peer < 0 || peer >= world_.size()) throw std::runtime_error(who + ": no such rank");
+    auto& queue = world_.queues_[(size_t(channel) * world_.size_ + peer) * world_.size_ + rank_];
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.timeout_s_);
+    std::unique_lock<std::mutex> lock(world_.mutex_);
+    while (queue.empty() && !world_.aborted_)
+        if (world_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty() && !world_.aborted_) {
+            char secs[32];
+            std::snprintf(secs, sizeof secs, "%g", world_.timeout_s_);
+            throw std::runtime_error(who + " timed out after " + secs + " s (waiting for " + tag_text(tag) + ")");
+        }
+    if (world_.aborted_) throw std::runtime_error("aborted: " + world_.why_);
+    ThreadWorld::Message m = std::move(queue.front());
+    queue.pop_front();
+    if (m.tag != tag)
+        throw std::runtime_error(who + ": expected " + tag_text(tag) + " but got " + tag_text(m.tag));
+    if (m.bytes.size() != bytes)
+        throw std::runtime_error(who + ": " + tag_text(tag) + " has " + std::to_string(m.bytes.size()) +
+                                 " bytes, the receive buffer " + std::to_string(bytes));
+    if (bytes) std::memcpy(data, m.bytes.data(), bytes);
+}
+
+void ThreadComm::send(const void* data, std::size_t bytes, int peer, int tag) { post(0, data, bytes, peer, tag); }
+void ThreadComm::recv(void* data, std::size_t bytes, int peer, int tag) { take(0, data, bytes, peer, tag); }
+
+void ThreadComm::group(const std::vector<P2POp>& ops) {
+    // Buffered sends never block, so posting every send before any receive cannot deadlock.
+    for (const P2POp& op : ops)
+        if (op.send) post(0, op.data, op.bytes, op.peer, op.tag);
+    for (const P2POp& op : ops)
+        if (!op.send) take(0, op.data, op.bytes, op.peer, op.tag);
+}
+
+// Reduce to ranks[0] in the order of `ranks`, then broadcast: every rank gets the same bits.
+template <typename T>
+void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    if (me == ranks.end())
+        throw std::runtime_error("rank " + std::to_string(rank_) + ": allreduce over a group that does not contain it");
+    int root = ranks[0];
+    if (rank_ != root) {
+        post(1, data, n * sizeof(T), root, kReduceTag);
+        take(1, data, n * sizeof(T), root, kResultTag);
+        return;
+    }
+    std::vector<T> other(n);
+    for (size_t k = 1; k < ranks.size(); k++) {
+        take(1, other.data(), n * sizeof(T), ranks[k], kReduceTag);
+        for (size_t i = 0; i < n; i++) data[i] += other[i];
+    }
+    for (size_t k = 1; k < ranks.size(); k++) post(1, data, n * sizeof(T), ranks[k], kResultTag);
+}
+
+void ThreadComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
+void ThreadComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
+
+void ThreadComm::barrier() {
+    if (rank_ != 0) {
+        post(1, nullptr, 0, 0, kBarrierTag);
+        take(1, nullptr, 0, 0, kBarrierTag);
+        return;
+    }
+    for (int r = 1; r < world_.size(); r++) take(1, nullptr, 0, r, kBarrierTag);
+    for (int r = 1; r < world_.size(); r++) post(1, nullptr, 0, r, kBarrierTag);
+}
+
+void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn) {
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(world.size());
+    for (int r = 0; r < world.size(); r++)
+        threads.emplace_back([&, r] {
+            try {
+                fn(r);
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+                world.abort(e.what());  // no-op if someone (the failing rank) aborted first
+            } catch (...) {
+                errors[r] = "unknown exception";
+                world.abort("rank " + std::to_string(r) + ": unknown exception");
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    for (const std::string& e : errors)
+        if (!e.empty()) throw std::runtime_error(world.abort_reason());
+}
+
+}  // namespace pp

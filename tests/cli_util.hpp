@@ -1,0 +1,58 @@
+// Test helpers: run the pipetrain CLI, read files, make temporary directories.
+#pragma once
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace test {
+
+struct Run {
+    int code = -1;
+    std::string out;   // stdout and stderr together
+};
+
+inline Run run_cli(const std::string& args) {
+    Run r;
+    std::string cmd = std::string(PT_CLI) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+inline std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// A fresh empty directory under the system temp dir, unique per process and name.
+inline std::string temp_dir(const std::string& name) {
+    auto d = std::filesystem::temp_directory_path() / ("pipetrain_test_" + std::to_string(getpid()) + "_" + name);
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d.string();
+}
+
+// The text after `key` up to the end of its word, from the last line that contains it.
+inline std::string value_after(const std::string& text, const std::string& key) {
+    size_t at = text.rfind(key);
+    if (at == std::string::npos) return "";
+    at += key.size();
+    size_t end = text.find_first_of(" \n|", at);
+    return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+inline std::string fixture(const std::string& rel) { return std::string(PT_FIXTURES) + "/" + rel; }
+
+}  // namespace test

@@ -1,0 +1,288 @@
+// The executor over ThreadComm: parallel equals serial, failures end the run with their rank and
+// action, nothing hangs. The model is a toy: virtual stage s computes y = a_s * x + b_s.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipeline.hpp"
+#include "src/comm.hpp"
+
+using namespace pp;
+
+namespace {
+
+const int kN = 7;  // elements per activation
+
+float weight_of(int s) { return 1.0f + 0.1f * float(s); }
+std::vector<float> input_of(int mb) {
+    std::vector<float> x(kN);
+    for (int i = 0; i < kN; i++) x[i] = 0.3f * float(mb + 1) + 0.01f * float(i * i);
+    return x;
+}
+
+// Gradients of the toy model: da[s], db[s], accumulated over micro-batches.
+struct Grads {
+    std::vector<float> da, db;
+    bool operator==(const Grads& o) const { return da == o.da && db == o.db; }
+};
+
+// One rank's V chunks. Loss = sum of the last stage's outputs, so its output gradient is all ones.
+class ToyStage : public Stage {
+ public:
+    ToyStage(int rank, int P, int V, int fail_at = -1) : rank_(rank), P_(P), V_(V), fail_at_(fail_at) {
+        grads.da.assign(P * V, 0.0f), grads.db.assign(P * V, 0.0f);
+    }
+    Buffer input_buffer(Op op, int mb, int chunk) override {
+        std::vector<float>& v = (op == Op::F ? act_in_ : grad_in_)[{mb, chunk}];
+        v.assign(kN, 0.0f);
+        return {v.data(), v.size() * sizeof(float)};
+    }
+    Buffer forward(int mb, int chunk) override {
+        record("F", mb, chunk);
+        int s = chunk * P_ + rank_;
+        std::vector<float>& x = stash_[{mb, chunk}];
+        x = s == 0 ? input_of(mb) : act_in_.at({mb, chunk});
+        std::vector<float>& y = out_[{mb, chunk}];
+        y.resize(kN);
+        for (int i = 0; i < kN; i++) y[i] = weight_of(s) * x[i] + float(s);
+        if (s == P_ * V_ - 1) return {};
+        return {y.data(), y.size() * sizeof(float)};
+    }
+    Buffer backward(int mb, int chunk) override {
+        record("B", mb, chunk);
+        Buffer dx = input_grad(mb, chunk);
+        weight_grad(mb, chunk);
+        return dx;
+    }
+    Buffer backward_input(int mb, int chunk) override {
+        record("BI", mb, chunk);
+        return input_grad(mb, chunk);
+    }
+    void backward_weight(int mb, int chunk) override {
+        record("BW", mb, chunk);
+        weight_grad(mb, chunk);
+    }
+
+    Grads grads;
+    std::vector<std::string> order;
+
+ private:
+    void record(const char* op, int mb, int chunk) { order.push_back(op + std::to_string(mb) + "." + std::to_string(chunk)); }
+    // dx = dy * a_s, sent to the previous stage; dy is kept for the weight gradient.
+    Buffer input_grad(int mb, int chunk) {
+        if (mb == fail_at_) throw std::runtime_error("boom");
+        int s = chunk * P_ + rank_;
+        std::vector<float>& dy = dy_[{mb, chunk}];
+        dy = s == P_ * V_ - 1 ? std::vector<float>(kN, 1.0f) : grad_in_.at({mb, chunk});
+        std::vector<float>& dx = dx_[{mb, chunk}];
+        dx.resize(kN);
+        for (int i = 0; i < kN; i++) dx[i] = dy[i] * weight_of(s);
+        if (s == 0) return {};
+        return {dx.data(), dx.size() * sizeof(float)};
+    }
+    void weight_grad(int mb, int chunk) {
+        int s = chunk * P_ + rank_;
+        const std::vector<float>&x = stash_.at({mb, chunk}), &dy = dy_.at({mb, chunk});
+        for (int i = 0; i < kN; i++) grads.da[s] += dy[i] * x[i], grads.db[s] += dy[i];
+    }
+    int rank_, P_, V_, fail_at_;
+    std::map<std::pair<int, int>, std::vector<float>> act_in_, grad_in_, stash_, out_, dy_, dx_;
+};
+
+// The same model on one device: micro-batches in order, each forward then backward.
+Grads serial(int S, int M) {
+    Grads g{std::vector<float>(S, 0.0f), std::vector<float>(S, 0.0f)};
+    for (int mb = 0; mb < M; mb++) {
+        std::vector<std::vector<float>> xs;
+        std::vector<float> x = input_of(mb);
+        for (int s = 0; s < S; s++) {
+            xs.push_back(x);
+            for (int i = 0; i < kN; i++) x[i] = weight_of(s) * x[i] + float(s);
+        }
+        std::vector<float> dy(kN, 1.0f);
+        for (int s = S - 1; s >= 0; s--) {
+            for (int i = 0; i < kN; i++) g.da[s] += dy[i] * xs[s][i], g.db[s] += dy[i];
+            for (int i = 0; i < kN; i++) dy[i] = dy[i] * weight_of(s);
+        }
+    }
+    return g;
+}
+
+// Runs one step of `schedule` on P threads; returns the gradients gathered per virtual stage.
+Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Event>>* timelines = nullptr) {
+    int P = int(schedule.size());
+    ThreadWorld world(P, 2.0);
+    std::vector<ToyStage> stages;
+    for (int r = 0; r < P; r++) stages.emplace_back(r, P, V);
+    std::vector<int> ranks(P);
+    for (int r = 0; r < P; r++) ranks[r] = r;
+    std::vector<std::vector<Event>> events(P);
+    run_ranks(world, [&](int r) {
+        ThreadComm comm(world, r);
+        Pipeline pipeline(schedule, V, stages[r], comm, r, ranks);
+        pipeline.run_step();
+        events[r] = pipeline.timeline();
+    });
+    Grads g{std::vector<float>(P * V, 0.0f), std::vector<float>(P * V, 0.0f)};
+    for (int r = 0; r < P; r++)
+        for (int c = 0; c < V; c++) {
+            int s = c * P + r;
+            g.da[s] = stages[r].grads.da[s], g.db[s] = stages[r].grads.db[s];
+        }
+    for (int r = 0; r < P; r++) {  // each stage ran exactly its schedule, in order
+        std::vector<std::string> expected;
+        for (const Action& a : schedule[r]) expected.push_back(to_string(a, true));
+        CHECK(stages[r].order == expected);
+    }
+    if (timelines) *timelines = events;
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline equals serial, bit for bit, for every schedule") {
+    for (int P = 1; P <= 4; P++) {
+        int M = 2 * P + 1;
+        std::vector<std::pair<std::string, Schedule>> cases = {
+            {"gpipe", gpipe(P, M)}, {"1f1b", one_f_one_b(P, M)}, {"zb-h1", zero_bubble_h1(P, M)}};
+        for (const auto& [name, schedule] : cases) {
+            INFO(name << " P=" << P);
+            CHECK(run_pipeline(schedule, 1) == serial(P, M));
+        }
+        for (int V = 1; V <= 3; V++) {
+            INFO("interleaved P=" << P << " V=" << V);
+            CHECK(run_pipeline(interleaved(P, 2 * P, V), V) == serial(P * V, 2 * P));
+        }
+    }
+}
+
+TEST_CASE("the measured timeline has one event per action") {
+    Schedule s = interleaved(3, 6, 2);
+    std::vector<std::vector<Event>> timelines;
+    run_pipeline(s, 2, &timelines);
+    for (int r = 0; r < 3; r++) {
+        size_t compute = 0;
+        double last_end = 0;
+        for (const Event& e : timelines[r]) {
+            CHECK(e.rank == r);
+            CHECK(e.start >= last_end);  // one rank: sequential
+            CHECK(e.end >= e.start);
+            last_end = e.end;
+            compute += !e.comm;
+        }
+        CHECK(compute == s[r].size());
+    }
+    std::string chart = ascii_timeline(timelines[0], 3, 60);
+    CHECK(chart.find("rank 0 |") == 0);
+}
+
+TEST_CASE("a stage that throws ends the whole run with its rank and action") {
+    int P = 4, M = 6;
+    Schedule schedule = one_f_one_b(P, M);
+    ThreadWorld world(P, 2.0);
+    std::vector<ToyStage> stages;
+    for (int r = 0; r < P; r++) stages.emplace_back(r, P, 1, r == 2 ? 1 : -1);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+        run_ranks(world, [&](int r) {
+            ThreadComm comm(world, r);
+            Pipeline(schedule, 1, stages[r], comm, r, {0, 1, 2, 3}).run_step();
+        });
+    } catch (const std::runtime_error& e) {
+        error = e.what();
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(error.rfind("rank 2, action B1.0: boom", 0) == 0);
+    CHECK(seconds < 1.0);  // the others were woken by abort, not by their 2 s timeout
+}
+
+TEST_CASE("ThreadComm: timeouts, tag checks, abort") {
+    ThreadWorld world(2, 0.2);
+    try {
+        run_ranks(world, [&](int r) {
+            ThreadComm comm(world, r);
+            float x = 0;
+            if (r == 1) comm.recv(&x, sizeof x, 0, transfer_tag(false, 3, 0));  // rank 0 never sends
+        });
+        FAIL("expected a timeout");
+    } catch (const std::runtime_error& e) {
+        CHECK(std::string(e.what()) == "rank 1: recv from rank 0 timed out after 0.2 s (waiting for F3.0 (tag " +
+                                           std::to_string(transfer_tag(false, 3, 0)) + "))");
+    }
+
+    ThreadWorld world2(2, 2.0);
+    try {
+        run_ranks(world2, [&](int r) {
+            ThreadComm comm(world2, r);
+            float x = 1;
+            if (r == 0) comm.send(&x, sizeof x, 1, transfer_tag(false, 4, 0));
+            if (r == 1) comm.recv(&x, sizeof x, 0, transfer_tag(false, 3, 0));
+        });
+        FAIL("expected a tag mismatch");
+    } catch (const std::runtime_error& e) {
+        std::string expected = "rank 1: recv from rank 0: expected F3.0 (tag " + std::to_string(transfer_tag(false, 3, 0)) +
+                               ") but got F4.0 (tag " + std::to_string(transfer_tag(false, 4, 0)) + ")";
+        CHECK(std::string(e.what()) == expected);
+    }
+
+    ThreadWorld world3(3, 30.0);  // abort must wake a waiter long before its timeout
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(run_ranks(world3, [&](int r) {
+                          ThreadComm comm(world3, r);
+                          if (r == 0) throw std::runtime_error("rank 0: first");
+                          comm.barrier();
+                      }),
+                      "rank 0: first");
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+}
+
+TEST_CASE("allreduce sums in the order of ranks, identical bits everywhere") {
+    // Float addition is not associative: the order decides the bits.
+    std::vector<float> value = {1e8f, 1.0f, -1e8f, 3.5f};
+    std::vector<int> order = {2, 0, 3, 1};
+    float expected = ((value[2] + value[0]) + value[3]) + value[1];
+    ThreadWorld world(4, 2.0);
+    std::vector<float> got(4);
+    std::vector<double> got_d(4);
+    run_ranks(world, [&](int r) {
+        ThreadComm comm(world, r);
+        float x = value[r];
+        comm.allreduce_sum(&x, 1, order);
+        got[r] = x;
+        double d = double(r) + 0.25;
+        comm.allreduce_sum(&d, 1, {0, 1, 2, 3});
+        got_d[r] = d;
+        comm.barrier();
+    });
+    for (int r = 0; r < 4; r++) {
+        CHECK(std::memcmp(&got[r], &expected, sizeof(float)) == 0);
+        CHECK(got_d[r] == 7.0);
+    }
+}
+
+TEST_CASE("two data-parallel pipelines on one world") {
+    // World ranks {0, 1} and {2, 3} are two replicas of a 2-stage pipeline; stage grads are then
+    // summed across replicas (0 with 2, 1 with 3), as data parallelism does.
+    int P = 2, M = 3;
+    Schedule schedule = zero_bubble_h1(P, M);
+    ThreadWorld world(4, 2.0);
+    std::vector<ToyStage> stages;
+    for (int w = 0; w < 4; w++) stages.emplace_back(w % P, P, 1);
+    run_ranks(world, [&](int w) {
+        ThreadComm comm(world, w);
+        std::vector<int> ranks = w < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+        Pipeline(schedule, 1, stages[w], comm, w % P, ranks).run_step();
+        comm.allreduce_sum(stages[w].grads.da.data(), stages[w].grads.da.size(), {w % P, w % P + 2});
+    });
+    Grads one = serial(P, M);
+    for (int w = 0; w < 4; w++) {
+        int s = w % P;
+        CHECK(stages[w].grads.da[s] == one.da[s] + one.da[s]);
+    }
+}

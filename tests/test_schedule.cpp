@@ -1,0 +1,234 @@
+// Schedules as data: generators, validate, simulate, timeline and partition. No threads, no model.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "pipeline.hpp"
+
+using namespace pp;
+
+namespace {
+
+std::string error_of(const Schedule& s) {
+    try {
+        validate(s);
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// Every generator, over the whole legal grid: (name, P, M, V, schedule).
+template <typename Fn>
+void for_each_schedule(Fn fn) {
+    for (int P = 1; P <= 5; P++)
+        for (int M = 1; M <= 12; M++) {
+            fn("gpipe", P, M, 1, gpipe(P, M));
+            fn("1f1b", P, M, 1, one_f_one_b(P, M));
+            fn("zb-h1", P, M, 1, zero_bubble_h1(P, M));
+            if (M % P == 0)
+                for (int V = 1; V <= 3; V++) fn("interleaved", P, M, V, interleaved(P, M, V));
+        }
+}
+
+}  // namespace
+
+TEST_CASE("every generator is valid and runs backward work in increasing micro-batch order") {
+    for_each_schedule([](const char* name, int P, int M, int V, const Schedule& s) {
+        INFO(name << " P=" << P << " M=" << M << " V=" << V);
+        REQUIRE(int(s.size()) == P);
+        CHECK_NOTHROW(validate(s, M, V));
+        for (int r = 0; r < P; r++)
+            for (int c = 0; c < V; c++)
+                for (Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
+                    int last = -1;
+                    for (const Action& a : s[r])
+                        if (a.op == op && a.chunk == c) {
+                            CHECK(a.microbatch == last + 1);  // increasing, and none skipped
+                            last = a.microbatch;
+                        }
+                }
+    });
+}
+
+TEST_CASE("interleaved with one chunk is 1F1B; its constraint on M is checked") {
+    for (int P = 1; P <= 5; P++)
+        for (int M = P; M <= 12; M += P) CHECK(interleaved(P, M, 1) == one_f_one_b(P, M));
+    try {
+        interleaved(4, 6, 2);
+        FAIL("expected a throw");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("multiple of the number of stages") != std::string::npos);
+    }
+    CHECK_THROWS_AS(gpipe(0, 4), std::invalid_argument);
+    CHECK_THROWS_AS(one_f_one_b(2, 0), std::invalid_argument);
+}
+
+TEST_CASE("validate rejects broken schedules with the reason") {
+    Schedule s = gpipe(2, 3);  // each rank: F0 F1 F2 B0 B1 B2
+
+    Schedule missing = s;
+    missing[1].pop_back();
+    CHECK(error_of(missing) == "rank 1: missing the backward of micro-batch 2 (B2, or BI2 and BW2)");
+
+    Schedule duplicated = s;
+    duplicated[0].insert(duplicated[0].begin() + 1, Action{Op::F, 0});
+    CHECK(error_of(duplicated) == "rank 0, action F0: duplicated F0");
+
+    Schedule b_before_f = s;
+    b_before_f[1] = {{Op::B, 0}, {Op::F, 0}, {Op::F, 1}, {Op::F, 2}, {Op::B, 1}, {Op::B, 2}};
+    CHECK(error_of(b_before_f) == "rank 1, action B0: needs F0 before B0");
+
+    Schedule bw_before_bi = {{{Op::F, 0}, {Op::BW, 0}, {Op::BI, 0}}};
+    CHECK(error_of(bw_before_bi) == "rank 0, action BW0: needs BI0 before BW0");
+
+    Schedule mixed = {{{Op::F, 0}, {Op::BI, 0}, {Op::B, 0}}};
+    CHECK(error_of(mixed).find("mixes B with BI/BW") != std::string::npos);
+
+    // Rank 0 waits for B0 before running F1, rank 1 waits for F1 before running B0.
+    Schedule deadlock = {{{Op::F, 0}, {Op::B, 0}, {Op::F, 1}, {Op::B, 1}},
+                         {{Op::F, 0}, {Op::F, 1}, {Op::B, 0}, {Op::B, 1}}};
+    CHECK(error_of(deadlock) ==
+          "deadlock: rank 0 (before B0) waits in {recv B0 from rank 1}; rank 1 (before F1) waits in {recv F1 from rank 0}");
+
+    // Both orders are locally fine, but the tensors would be swapped on the wire.
+    Schedule fifo = s;
+    std::swap(fifo[0][1], fifo[0][2]);  // rank 0: F0 F2 F1 ...
+    CHECK(error_of(fifo) == "rank 1 receives F1 from rank 0 but rank 0 sends F2 first (FIFO mismatch)");
+    Schedule fifo_back = s;
+    std::swap(fifo_back[1][3], fifo_back[1][4]);  // rank 1: ... B1 B0 B2
+    CHECK(error_of(fifo_back) == "rank 0 receives B0 from rank 1 but rank 1 sends B1 first (FIFO mismatch)");
+
+    // One rank, two chunks: chunk 1 cannot run before chunk 0 produced its input.
+    Schedule early = {{{Op::F, 0, 1}, {Op::F, 0, 0}, {Op::B, 0, 1}, {Op::B, 0, 0}}};
+    CHECK(error_of(early) == "rank 0, action F0.1: runs before the action that produces its input");
+
+    Schedule range = s;
+    range[0].push_back({Op::F, 0, 1});
+    try {
+        validate(range, 3, 1);
+        FAIL("expected a throw");
+    } catch (const std::runtime_error& e) {
+        CHECK(std::string(e.what()).find("out of range") != std::string::npos);
+    }
+}
+
+TEST_CASE("simulated bubbles equal the textbook formulas") {
+    for (int P = 1; P <= 5; P++)
+        for (int M = 1; M <= 12; M++) {
+            INFO("P=" << P << " M=" << M);
+            double textbook = double(P - 1) / (M + P - 1);
+            for (Costs c : {Costs{1, 1, 1, 0}, Costs{1, 0.5, 0.5, 0}, Costs{2, 3, 1, 0}}) {
+                CHECK(simulate(gpipe(P, M), c).bubble == doctest::Approx(textbook).epsilon(1e-12));
+                CHECK(simulate(one_f_one_b(P, M), c).bubble == doctest::Approx(textbook).epsilon(1e-12));
+            }
+            // ZB-H1 with F = BI = BW and M >= P: rank idle time P-1 of 3M+P-1, the paper's
+            // (P-1)(F+B-W). With fewer micro-batches there are not enough BWs to fill the bubbles.
+            SimResult zb = simulate(zero_bubble_h1(P, M));
+            if (M >= P) CHECK(zb.bubble == doctest::Approx(double(P - 1) / (3 * M + P - 1)).epsilon(1e-12));
+            CHECK(zb.bubble <= textbook + 1e-12);
+            if (M >= 3 * P && P > 1) CHECK(zb.bubble <= 0.4 * textbook);
+            if (M % P == 0)
+                for (int V = 1; V <= 3; V++) {
+                    INFO("V=" << V);
+                    // Costs per chunk: the fraction does not depend on their scale.
+                    CHECK(simulate(interleaved(P, M, V)).bubble ==
+                          doctest::Approx(double(P - 1) / (V * M + P - 1)).epsilon(1e-12));
+                }
+        }
+}
+
+TEST_CASE("busy, idle, makespan and transfer cost") {
+    // P = 2, M = 1: F on rank 0, transfer, F and B on rank 1, transfer, B on rank 0.
+    SimResult r = simulate(one_f_one_b(2, 1), Costs{1, 1, 1, 0.5});
+    CHECK(r.makespan == doctest::Approx(7.0));
+    CHECK(r.busy[0] == doctest::Approx(3.0));
+    CHECK(r.idle[1] == doctest::Approx(4.0));
+    int compute = 0, comm = 0;
+    for (const Event& e : r.events) (e.comm ? comm : compute)++;
+    CHECK(compute == 4);
+    CHECK(comm == 2);  // one wait on each rank for its incoming transfer
+}
+
+TEST_CASE("peak live micro-batches") {
+    for (int P = 1; P <= 5; P++)
+        for (int M = 1; M <= 12; M++) {
+            INFO("P=" << P << " M=" << M);
+            SimResult g = simulate(gpipe(P, M)), o = simulate(one_f_one_b(P, M)), z = simulate(zero_bubble_h1(P, M));
+            int o_max = 0, z_max = 0;
+            for (int r = 0; r < P; r++) {
+                CHECK(g.peak_live[r] == M);
+                CHECK(o.peak_live[r] == std::min(P - r, M));
+                o_max = std::max(o_max, o.peak_live[r]);
+                z_max = std::max(z_max, z.peak_live[r]);
+            }
+            CHECK(z_max <= o_max);  // ZB-H1's pipeline peak is 1F1B's
+        }
+}
+
+TEST_CASE("ASCII chart and Chrome trace") {
+    SimResult r = simulate(interleaved(3, 6, 2));
+    std::string chart = ascii_timeline(r.events, 3, 90);
+    CHECK(std::count(chart.begin(), chart.end(), '\n') == 3);
+    CHECK(chart.rfind("rank 0 |F0", 0) == 0);
+    CHECK(chart.find("rank 2 |") != std::string::npos);
+
+    std::string json = chrome_trace(r.events);
+    CHECK(json.rfind("{\"traceEvents\":[", 0) == 0);
+    CHECK(json.find("]}") != std::string::npos);
+    CHECK(std::count(json.begin(), json.end(), '{') == std::count(json.begin(), json.end(), '}'));
+    CHECK(std::count(json.begin(), json.end(), '[') == std::count(json.begin(), json.end(), ']'));
+    size_t complete = 0;
+    for (size_t at = json.find("\"ph\":\"X\""); at != std::string::npos; at = json.find("\"ph\":\"X\"", at + 1)) complete++;
+    CHECK(complete == r.events.size());
+    CHECK(json.find("\"name\":\"F0.1\"") != std::string::npos);
+}
+
+namespace {
+// Smallest possible largest-stage cost, by trying every split.
+double brute_force(const std::vector<double>& c, int P, int begin, int stage,
+                   const std::function<double(int, int, int)>& cost) {
+    int L = int(c.size());
+    if (stage == P - 1) return cost(stage, begin, L);
+    double best = 1e300;
+    for (int end = begin + 1; end <= L - (P - 1 - stage); end++)
+        best = std::min(best, std::max(cost(stage, begin, end), brute_force(c, P, end, stage + 1, cost)));
+    return best;
+}
+}  // namespace
+
+TEST_CASE("partition is the exact optimum") {
+    std::mt19937 rng(1234);
+    for (int trial = 0; trial < 300; trial++) {
+        int L = 1 + int(rng() % 9), P = 1 + int(rng() % L);
+        std::vector<double> c(L), act(L);
+        for (int i = 0; i < L; i++) c[i] = double(1 + rng() % 20), act[i] = double(rng() % 5);
+        auto sum = [&](const std::vector<double>& v, int b, int e) {
+            double s = 0;
+            for (int i = b; i < e; i++) s += v[i];
+            return s;
+        };
+        auto time_cost = [&](int, int b, int e) { return sum(c, b, e); };
+        auto memory_cost = [&](int stage, int b, int e) { return sum(c, b, e) + (P - stage) * sum(act, b, e); };
+        for (int kind = 0; kind < 2; kind++) {
+            std::function<double(int, int, int)> cost = kind == 0 ? std::function<double(int, int, int)>(time_cost) : memory_cost;
+            std::vector<int> b = kind == 0 ? partition(c, P) : partition_memory(c, act, P);
+            REQUIRE(int(b.size()) == P + 1);
+            CHECK(b.front() == 0);
+            CHECK(b.back() == L);
+            double worst = 0;
+            for (int i = 0; i < P; i++) {
+                CHECK(b[i] < b[i + 1]);
+                worst = std::max(worst, cost(i, b[i], b[i + 1]));
+            }
+            CHECK(worst == brute_force(c, P, 0, 0, cost));
+        }
+    }
+    CHECK(partition({1, 1, 1, 1}, 2) == std::vector<int>{0, 2, 4});
+    CHECK(partition({1, 1, 1}, 2) == std::vector<int>{0, 1, 3});  // tie: the last stage starts earliest
+    CHECK_THROWS_AS(partition({1, 2}, 3), std::invalid_argument);
+}

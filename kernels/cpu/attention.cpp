@@ -1,0 +1,131 @@
+// kernels/cpu/attention.cpp — multi-head scaled dot-product attention, one (batch, head) pair
+// at a time. Threads own whole (b, h) pairs: each pair owns its own channel slice of
+// out/dq/dk/dv and its own (T, T) block of att, so the sums over queries into dk and dv
+// run in a fixed order on any thread count.
+#include "kernels/ops.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace ops {
+
+namespace {
+
+inline float dot(const float* a, const float* b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+inline void axpy(float* y, float a, const float* x, int n) {  // y += a * x
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// Dropout on a probability multiplies it by 1/(1-p) (kept) or 0 (dropped); 1 without dropout.
+// The element index is the position in att (B, NH, T, T), as in dropout_forward.
+inline float keep_factor(float p, float s, const DropoutKey& key, uint64_t index) {
+    if (p == 0.0f) return 1.0f;
+    return philox_uniform(key, index) >= p ? s : 0.0f;
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att,
+                       const float* q, const float* k, const float* v, const int32_t* mask,
+                       bool causal, float p, const DropoutKey& key,
+                       int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
+        for (int64_t bh = bh0; bh < bh1; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            const float* kb = k + (size_t)b * T * C + h * HS;  // rows j at kb + j * C
+            const float* vb = v + (size_t)b * T * C + h * HS;
+            for (int i = 0; i < T; i++) {
+                const float* qi = q + ((size_t)b * T + i) * C + h * HS;  // (HS)
+                float* oi = out + ((size_t)b * T + i) * C + h * HS;     // (HS)
+                float* arow = att + ((size_t)bh * T + i) * T;           // (T)
+                // Scores of the visible keys; masked keys get exactly zero probability.
+                float maxv = -INFINITY;
+                for (int j = 0; j < T; j++) {
+                    const bool visible = (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
+                    arow[j] = visible ? dot(qi, kb + (size_t)j * C, HS) * scale : -INFINITY;
+                    if (arow[j] > maxv) maxv = arow[j];
+                }
+                for (int c = 0; c < HS; c++) oi[c] = 0.0f;
+                if (maxv == -INFINITY) {  // every key masked (an all-padding row): no attention
+                    for (int j = 0; j < T; j++) arow[j] = 0.0f;
+                    continue;
+                }
+                float sum = 0.0f;
+                for (int j = 0; j < T; j++) {
+                    arow[j] = arow[j] == -INFINITY ? 0.0f : std::exp(arow[j] - maxv);
+                    sum += arow[j];
+                }
+                const float inv = 1.0f / sum;
+                for (int j = 0; j < T; j++) arow[j] *= inv;
+                for (int j = 0; j < T; j++) {
+                    if (arow[j] == 0.0f) continue;
+                    const float w = arow[j] * keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    if (w != 0.0f) axpy(oi, w, vb + (size_t)j * C, HS);
+                }
+            }
+        }
+    });
+}
+
+void attention_backward(float* dq, float* dk, float* dv,
+                        const float* dout, const float* att,
+                        const float* q, const float* k, const float* v,
+                        float p, const DropoutKey& key,
+                        int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
+        std::vector<float> datt(T), dqi(HS);                     // (T), (HS)
+        std::vector<float> dkb((size_t)T * HS), dvb((size_t)T * HS);  // (T, HS) each
+        for (int64_t bh = bh0; bh < bh1; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
+            std::fill(dkb.begin(), dkb.end(), 0.0f);
+            std::fill(dvb.begin(), dvb.end(), 0.0f);
+            for (int i = 0; i < T; i++) {
+                const float* doi = dout + base + (size_t)i * C;      // (HS)
+                const float* arow = att + ((size_t)bh * T + i) * T;  // (T)
+                // out_i = sum_j a_ij m_ij v_j with m the dropout factor: datt_ij = m_ij (do_i . v_j).
+                float datt_dot_att = 0.0f;
+                for (int j = 0; j < T; j++) {
+                    datt[j] = 0.0f;
+                    if (arow[j] == 0.0f) continue;  // masked or underflowed: no gradient either way
+                    const float m = keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    const float w = arow[j] * m;  // the same product as the forward
+                    if (w == 0.0f) continue;
+                    datt[j] = dot(doi, v + base + (size_t)j * C, HS) * m;
+                    datt_dot_att += arow[j] * datt[j];
+                    if (dv) axpy(&dvb[(size_t)j * HS], w, doi, HS);
+                }
+                // Softmax backward, then the scores: score_ij = scale * q_i . k_j.
+                if (!dq && !dk) continue;
+                std::fill(dqi.begin(), dqi.end(), 0.0f);
+                const float* qi = q + base + (size_t)i * C;
+                for (int j = 0; j < T; j++) {
+                    if (arow[j] == 0.0f) continue;
+                    const float dscore = arow[j] * (datt[j] - datt_dot_att) * scale;
+                    if (dq) axpy(dqi.data(), dscore, k + base + (size_t)j * C, HS);
+                    if (dk) axpy(&dkb[(size_t)j * HS], dscore, qi, HS);
+                }
+                if (dq) axpy(dq + base + (size_t)i * C, 1.0f, dqi.data(), HS);
+            }
+            for (int t = 0; t < T; t++) {
+                if (dk) axpy(dk + base + (size_t)t * C, 1.0f, &dkb[(size_t)t * HS], HS);
+                if (dv) axpy(dv + base + (size_t)t * C, 1.0f, &dvb[(size_t)t * HS], HS);
+            }
+        }
+    });
+}
+
+}  // namespace ops

@@ -1,0 +1,103 @@
+// kernels/cpu/dropout.cpp — dropout with a counter-based RNG (Philox-4x32-10, Salmon et al.,
+// "Parallel random numbers: as easy as 1, 2, 3", SC'11).
+//
+// There is no RNG state: the random number of element i is Philox(counter, key), a pure
+// function of (seed, step, microbatch, layer, site, i). A recomputed forward, another pipeline
+// split, another thread count or the CUDA kernel all draw the same mask.
+//
+// Exact packing (the CUDA port copies it):
+//   key     = { seed & 0xffffffff, seed >> 32 }
+//   counter = { i & 0xffffffff,
+//               (i >> 32) ^ (layer << 8 | site),   // site < 256; i < 2^32 in practice
+//               microbatch,
+//               step }
+//   u       = (word0 of Philox-4x32-10(counter, key) >> 8) * 2^-24     (in [0, 1))
+// Only word 0 is used: one Philox call per element keeps the mapping obvious.
+#include "kernels/ops.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ops {
+
+namespace {
+
+constexpr int64_t kGrain = 1 << 13;
+
+// Word 0 of Philox-4x32-10. The key is bumped by the Weyl constants between rounds.
+inline uint32_t philox_word0(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                             uint32_t k0, uint32_t k1) {
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+    }
+    return c0;
+}
+
+inline float to_uniform(uint32_t word) { return (float)(word >> 8) * (1.0f / 16777216.0f); }
+
+// u[j] = philox_uniform(key, i0 + j) for j < n. The key words are copied to locals so the
+// compiler sees a plain integer loop and vectorises it (several times faster than one call
+// per element, same bits).
+constexpr int kBlock = 256;
+void uniforms(float* u, const DropoutKey& key, uint64_t i0, int n) {
+    const uint32_t c1 = (uint32_t)(i0 >> 32) ^ (key.layer << 8 | key.site);
+    const uint32_t c2 = key.microbatch, c3 = key.step;
+    const uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
+    const uint32_t lo = (uint32_t)i0;  // N is an int: i0 + j < 2^31 never carries into i >> 32
+    for (int j = 0; j < n; j++) u[j] = to_uniform(philox_word0(lo + (uint32_t)j, c1, c2, c3, k0, k1));
+}
+
+}  // namespace
+
+float philox_uniform(const DropoutKey& key, uint64_t i) {
+    const uint32_t word = philox_word0((uint32_t)i, (uint32_t)(i >> 32) ^ (key.layer << 8 | key.site),
+                                       key.microbatch, key.step,
+                                       (uint32_t)key.seed, (uint32_t)(key.seed >> 32));
+    return to_uniform(word);
+}
+
+void dropout_forward(float* out, const float* inp, float p, const DropoutKey& key, int N) {
+    if (p == 0.0f) {
+        if (out != inp) std::memcpy(out, inp, sizeof(float) * (size_t)N);
+        return;
+    }
+    const float s = 1.0f / (1.0f - p);  // kept values are multiplied by s (as PyTorch does)
+    parallel_for(N, kGrain, [&](int64_t i0, int64_t i1) {
+        float u[kBlock];
+        for (int64_t b = i0; b < i1; b += kBlock) {
+            const int n = (int)std::min<int64_t>(kBlock, i1 - b);
+            uniforms(u, key, b, n);
+            for (int j = 0; j < n; j++) out[b + j] = u[j] >= p ? inp[b + j] * s : 0.0f;
+        }
+    });
+}
+
+void dropout_backward(float* dinp, const float* dout, float p, const DropoutKey& key, int N) {
+    if (p == 0.0f) {
+        accumulate(dinp, dout, N);
+        return;
+    }
+    const float s = 1.0f / (1.0f - p);
+    parallel_for(N, kGrain, [&](int64_t i0, int64_t i1) {
+        float u[kBlock];
+        for (int64_t b = i0; b < i1; b += kBlock) {
+            const int n = (int)std::min<int64_t>(kBlock, i1 - b);
+            uniforms(u, key, b, n);
+            for (int j = 0; j < n; j++) dinp[b + j] += u[j] >= p ? dout[b + j] * s : 0.0f;
+        }
+    });
+}
+
+}  // namespace ops

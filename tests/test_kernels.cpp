@@ -1,0 +1,809 @@
+// tests/test_kernels.cpp — the CPU kernels (kernels/cpu/*.cpp) against independent references:
+// float64 loops for the forwards, central finite differences for every backward, known-answer
+// vectors for Philox, and the determinism the pipeline's bitwise tests rely on (same bits
+// with 1, 2 and 3 intra-op threads). Shapes are deliberately awkward (7, 11, 13, 26, 37, ...)
+// so no loop ever lands on a block boundary by luck.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "kernels/ops.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    Vec v(n);
+    for (float& x : v) x = dist(gen);
+    return v;
+}
+
+bool same_bits(const Vec& a, const Vec& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// max |a - ref| / max |ref|: one number that is ~1e-7 when right, ~1 when wrong, NaN on a NaN.
+double rel_err(const Vec& a, const std::vector<double>& ref) {
+    double err = 0.0, scale = 1e-30;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = std::fabs(a[i] - ref[i]);
+        if (!(d <= err)) err = d;  // written so that a NaN sticks (std::max would drop it)
+        scale = std::max(scale, std::fabs(ref[i]));
+    }
+    return err / scale;
+}
+
+// The scalar objective of every gradient check: L = sum(out * R), in float64.
+double objective(const Vec& out, const Vec& R) {
+    double s = 0.0;
+    for (size_t i = 0; i < out.size(); i++) s += (double)out[i] * R[i];
+    return s;
+}
+
+// Central differences of loss() with respect to every entry of x (restored afterwards).
+// The step is the float-representable one, so (x+h) - (x-h) is exact in the denominator.
+std::vector<double> numeric_grad(Vec& x, const std::function<double()>& loss, float h = 1e-2f) {
+    std::vector<double> g(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        const float saved = x[i];
+        x[i] = saved + h;
+        const double up = loss();
+        const float hi = x[i];
+        x[i] = saved - h;
+        const double down = loss();
+        const float lo = x[i];
+        x[i] = saved;
+        g[i] = (up - down) / ((double)hi - lo);
+    }
+    return g;
+}
+
+// fp32 forwards with h = 1e-2: rounding noise ~1e-5 and truncation ~1e-5 relative, while a
+// wrong formula is off by O(1). 2e-3 separates the two by orders of magnitude.
+constexpr double kGradTol = 2e-3;
+
+void check_grad(const Vec& analytic, const std::vector<double>& numeric, const char* what) {
+    INFO(what);
+    REQUIRE(analytic.size() == numeric.size());
+    CHECK(rel_err(analytic, numeric) < kGradTol);
+}
+
+// Runs fn under 1, 2 and 3 intra-op threads and requires the same bits from each.
+void check_thread_invariant(const std::function<std::vector<Vec>()>& fn, const char* what) {
+    INFO(what);
+    ops::set_num_threads(1);
+    const std::vector<Vec> ref = fn();
+    for (int threads : {2, 3}) {
+        ops::set_num_threads(threads);
+        const std::vector<Vec> got = fn();
+        REQUIRE(got.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); i++) {
+            INFO("threads " << threads << ", output " << i);
+            CHECK(same_bits(got[i], ref[i]));
+        }
+    }
+    ops::set_num_threads(1);
+}
+
+Vec twice(const Vec& v) {
+    Vec r(v);
+    for (float& x : r) x *= 2.0f;  // exact: x + x == 2x in binary floating point
+    return r;
+}
+
+}  // namespace
+
+// ================================================================================= threads ====
+
+TEST_CASE("parallel_for covers every index once, in contiguous static pieces") {
+    for (int threads : {1, 2, 3, 5}) {
+        ops::set_num_threads(threads);
+        for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+            std::vector<std::atomic<int>> hits(n);
+            for (auto& h : hits) h = 0;
+            std::atomic<int> pieces{0};
+            ops::parallel_for(n, 1, [&](int64_t b, int64_t e) {
+                pieces++;
+                for (int64_t i = b; i < e; i++) hits[i]++;
+            });
+            for (int64_t i = 0; i < n; i++) CHECK(hits[i] == 1);
+            CHECK(pieces.load() == std::min<int64_t>(n, threads));
+        }
+    }
+    ops::set_num_threads(1);
+}
+
+TEST_CASE("the thread count is per calling thread, and a nested parallel_for does not hang") {
+    ops::set_num_threads(3);
+    int other = 0;
+    std::thread t([&] { other = ops::num_threads(); });
+    t.join();
+    CHECK(other == 1);
+    CHECK(ops::num_threads() == 3);
+    std::atomic<int> inner{0};
+    ops::parallel_for(6, 1, [&](int64_t b, int64_t e) {
+        ops::parallel_for(e - b, 1, [&](int64_t ib, int64_t ie) { inner += (int)(ie - ib); });
+    });
+    CHECK(inner == 6);
+    // an exception in any piece reaches the caller, and the pool keeps working afterwards
+    for (int64_t bad_piece_start : {0, 4}) {
+        CHECK_THROWS_AS(ops::parallel_for(6, 1, [&](int64_t b, int64_t) {
+            if (b == bad_piece_start) throw std::runtime_error("piece failed");
+        }), std::runtime_error);
+    }
+    std::atomic<int> after{0};
+    ops::parallel_for(6, 1, [&](int64_t b, int64_t e) { after += (int)(e - b); });
+    CHECK(after == 6);
+    ops::set_num_threads(0);
+    CHECK(ops::num_threads() == 1);
+}
+
+// ==================================================================================== GEMM ====
+
+namespace {
+// C = alpha op(A) op(B) + beta C + bias, in float64.
+std::vector<double> gemm_ref(const Vec& C0, const Vec& A, const Vec& B, const float* bias,
+                             int M, int N, int K, bool ta, bool tb, float alpha, float beta) {
+    std::vector<double> C(C0.begin(), C0.end());
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++)
+                acc += (double)(ta ? A[k * M + m] : A[m * K + k]) * (tb ? B[n * K + k] : B[k * N + n]);
+            double c = alpha * acc + (beta != 0.0f ? beta * C[m * N + n] : 0.0);
+            C[m * N + n] = c + (bias ? bias[n] : 0.0);
+        }
+    return C;
+}
+}  // namespace
+
+TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta/bias, odd sizes") {
+    const int sizes[][3] = {{1, 1, 1}, {1, 17, 63}, {17, 1, 130}, {63, 130, 17},
+                            {130, 63, 1}, {17, 17, 17}, {130, 130, 63}, {7, 300, 270}};
+    uint32_t seed = 1;
+    for (auto& s : sizes)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int variant = 0; variant < 3; variant++) {
+                    const int M = s[0], N = s[1], K = s[2];
+                    const Vec A = random_vec((size_t)M * K, seed++), B = random_vec((size_t)K * N, seed++);
+                    const Vec C0 = random_vec((size_t)M * N, seed++), bias = random_vec(N, seed++);
+                    // variant 0: plain product; 1: alpha, beta, bias; 2: beta = 0 over NaN garbage
+                    const float alpha = variant == 1 ? -0.75f : 1.0f, beta = variant == 1 ? 0.5f : 0.0f;
+                    const float* b = variant == 1 ? bias.data() : nullptr;
+                    Vec Cin = C0;
+                    if (variant == 2) std::fill(Cin.begin(), Cin.end(), NAN);
+                    const auto ref = gemm_ref(C0, A, B, b, M, N, K, ta, tb, alpha, beta);
+                    Vec C1 = Cin, C2 = Cin;
+                    ops::gemm(C1.data(), A.data(), B.data(), b, M, N, K, ta, tb, alpha, beta);
+                    ops::gemm_naive(C2.data(), A.data(), B.data(), b, M, N, K, ta, tb, alpha, beta);
+                    INFO("M=" << M << " N=" << N << " K=" << K << " transA=" << ta << " transB=" << tb
+                              << " variant=" << variant);
+                    // fp32 dot products of length K: relative error ~ K * 6e-8 at worst
+                    CHECK(rel_err(C1, ref) < 2e-5);
+                    CHECK(rel_err(C2, ref) < 2e-5);
+                }
+}
+
+TEST_CASE("gemm gives the same bits with 1, 2 and 3 threads") {
+    const int M = 200, N = 530, K = 70;  // several row and column tiles
+    const Vec A = random_vec((size_t)M * K, 11), B = random_vec((size_t)K * N, 12);
+    const Vec bias = random_vec(N, 13), C0 = random_vec((size_t)M * N, 14);
+    check_thread_invariant([&] {
+        std::vector<Vec> outs;
+        for (int t = 0; t < 4; t++) {
+            Vec C = C0;
+            ops::gemm(C.data(), A.data(), B.data(), bias.data(), M, N, K, t & 1, t & 2, 1.5f, 0.25f);
+            outs.push_back(C);
+        }
+        return outs;
+    }, "gemm");
+}
+
+TEST_CASE("bias_backward sums rows, accumulates, and is thread-invariant") {
+    const int N = 37, OC = 203;
+    const Vec dout = random_vec((size_t)N * OC, 21);
+    std::vector<double> ref(OC, 0.0);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) ref[o] += dout[n * OC + o];
+    Vec db(OC, 0.0f);
+    ops::bias_backward(db.data(), dout.data(), N, OC);
+    CHECK(rel_err(db, ref) < 1e-5);
+    const Vec once = db;
+    ops::bias_backward(db.data(), dout.data(), N, OC);
+    CHECK(same_bits(db, twice(once)));
+    check_thread_invariant([&] {
+        Vec d(OC, 0.0f);
+        ops::bias_backward(d.data(), dout.data(), N, OC);
+        return std::vector<Vec>{d};
+    }, "bias_backward");
+}
+
+// =============================================================================== layernorm ====
+
+TEST_CASE("layernorm forward matches float64; backward matches finite differences") {
+    const int N = 7, C = 13;
+    const float eps = 1e-5f;
+    Vec inp = random_vec(N * C, 31, -2.0f, 2.0f), weight = random_vec(C, 32, 0.5f, 1.5f);
+    Vec bias = random_vec(C, 33);
+    const Vec R = random_vec(N * C, 34);
+    Vec out(N * C), mean(N), rstd(N);
+    ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                           bias.data(), N, C, eps);
+    std::vector<double> ref(N * C);
+    for (int n = 0; n < N; n++) {
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += inp[n * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (inp[n * C + c] - m) * (inp[n * C + c] - m);
+        const double s = 1.0 / std::sqrt(v / C + eps);
+        for (int c = 0; c < C; c++) ref[n * C + c] = (inp[n * C + c] - m) * s * weight[c] + bias[c];
+        CHECK(std::fabs(mean[n] - m) < 1e-6);
+        CHECK(std::fabs(rstd[n] - s) < 1e-5 * s);
+    }
+    CHECK(rel_err(out, ref) < 1e-6);
+
+    auto loss = [&] {
+        Vec o(N * C), mu(N), rs(N);
+        ops::layernorm_forward(o.data(), mu.data(), rs.data(), inp.data(), weight.data(), bias.data(),
+                               N, C, eps);
+        return objective(o, R);
+    };
+    Vec dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+    ops::layernorm_backward(dinp.data(), dw.data(), db.data(), R.data(), inp.data(), weight.data(),
+                            mean.data(), rstd.data(), N, C);
+    check_grad(dinp, numeric_grad(inp, loss), "layernorm dinp");
+    check_grad(dw, numeric_grad(weight, loss), "layernorm dweight");
+    check_grad(db, numeric_grad(bias, loss), "layernorm dbias");
+
+    SUBCASE("backward accumulates, and the two halves equal the full call") {
+        Vec di2 = dinp, dw2 = dw, db2 = db;
+        ops::layernorm_backward(di2.data(), dw2.data(), db2.data(), R.data(), inp.data(),
+                                weight.data(), mean.data(), rstd.data(), N, C);
+        CHECK(same_bits(di2, twice(dinp)));
+        CHECK(same_bits(dw2, twice(dw)));
+        CHECK(same_bits(db2, twice(db)));
+        Vec di3(N * C, 0.0f), dw3(C, 0.0f), db3(C, 0.0f);
+        ops::layernorm_backward(di3.data(), nullptr, nullptr, R.data(), inp.data(), weight.data(),
+                                mean.data(), rstd.data(), N, C);
+        ops::layernorm_backward(nullptr, dw3.data(), db3.data(), R.data(), inp.data(), weight.data(),
+                                mean.data(), rstd.data(), N, C);
+        CHECK(same_bits(di3, dinp));
+        CHECK(same_bits(dw3, dw));
+        CHECK(same_bits(db3, db));
+    }
+}
+
+TEST_CASE("layernorm is thread-invariant") {
+    const int N = 61, C = 203;
+    const Vec inp = random_vec(N * C, 41, -3.0f, 3.0f), w = random_vec(C, 42), b = random_vec(C, 43);
+    const Vec dout = random_vec(N * C, 44);
+    check_thread_invariant([&] {
+        Vec out(N * C), mean(N), rstd(N), dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+        ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
+                               N, C, 1e-12f);
+        ops::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                                mean.data(), rstd.data(), N, C);
+        return std::vector<Vec>{out, mean, rstd, dinp, dw, db};
+    }, "layernorm");
+}
+
+// ============================================================================= activations ====
+
+TEST_CASE("activations: forwards match float64, backwards match finite differences") {
+    const int N = 37;
+    Vec x = random_vec(N, 51, -3.0f, 3.0f);
+    for (float& v : x)  // relu's kink at 0 would spoil the central difference
+        if (std::fabs(v) < 0.05f) v = 0.5f;
+    const Vec R = random_vec(N, 52);
+    Vec out(N);
+
+    ops::gelu_forward(out.data(), x.data(), N);
+    std::vector<double> ref(N);
+    for (int i = 0; i < N; i++) ref[i] = 0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0)));
+    CHECK(rel_err(out, ref) < 1e-6);
+    ops::relu_forward(out.data(), x.data(), N);
+    for (int i = 0; i < N; i++) ref[i] = x[i] > 0 ? x[i] : 0.0;
+    CHECK(rel_err(out, ref) == 0.0);
+    ops::tanh_forward(out.data(), x.data(), N);
+    for (int i = 0; i < N; i++) ref[i] = std::tanh((double)x[i]);
+    CHECK(rel_err(out, ref) < 1e-6);
+
+    auto loss_of = [&](void (*fwd)(float*, const float*, int)) {
+        return [&, fwd] {
+            Vec o(N);
+            fwd(o.data(), x.data(), N);
+            return objective(o, R);
+        };
+    };
+    Vec dx(N, 0.0f);
+    ops::gelu_backward(dx.data(), x.data(), R.data(), N);
+    check_grad(dx, numeric_grad(x, loss_of(ops::gelu_forward)), "gelu");
+    std::fill(dx.begin(), dx.end(), 0.0f);
+    ops::relu_backward(dx.data(), x.data(), R.data(), N);
+    check_grad(dx, numeric_grad(x, loss_of(ops::relu_forward)), "relu");
+    std::fill(dx.begin(), dx.end(), 0.0f);
+    ops::tanh_forward(out.data(), x.data(), N);
+    ops::tanh_backward(dx.data(), out.data(), R.data(), N);
+    check_grad(dx, numeric_grad(x, loss_of(ops::tanh_forward)), "tanh");
+
+    SUBCASE("backwards accumulate") {
+        Vec d1(N, 0.0f), d2(N, 0.0f);
+        ops::gelu_backward(d1.data(), x.data(), R.data(), N);
+        ops::gelu_backward(d2.data(), x.data(), R.data(), N);
+        ops::gelu_backward(d2.data(), x.data(), R.data(), N);
+        CHECK(same_bits(d2, twice(d1)));
+    }
+}
+
+TEST_CASE("elementwise helpers") {
+    const int N = 37;
+    const Vec a = random_vec(N, 61), b = random_vec(N, 62);
+    Vec out(N), acc = a, x = a;
+    ops::add_forward(out.data(), a.data(), b.data(), N);
+    ops::accumulate(acc.data(), b.data(), N);
+    ops::scale(x.data(), -1.5f, N);
+    for (int i = 0; i < N; i++) {
+        CHECK(out[i] == a[i] + b[i]);
+        CHECK(acc[i] == a[i] + b[i]);
+        CHECK(x[i] == a[i] * -1.5f);
+    }
+}
+
+TEST_CASE("activations and elementwise helpers are thread-invariant") {
+    const int N = 70001;  // > 3 pieces of the elementwise grain
+    const Vec x = random_vec(N, 71, -4.0f, 4.0f), d = random_vec(N, 72);
+    check_thread_invariant([&] {
+        std::vector<Vec> r;
+        Vec o(N), g(N, 0.0f);
+        ops::gelu_forward(o.data(), x.data(), N);
+        ops::gelu_backward(g.data(), x.data(), d.data(), N);
+        r.push_back(o);
+        ops::tanh_forward(o.data(), x.data(), N);
+        ops::tanh_backward(g.data(), o.data(), d.data(), N);
+        r.push_back(o);
+        ops::relu_forward(o.data(), x.data(), N);
+        ops::relu_backward(g.data(), x.data(), d.data(), N);
+        r.push_back(o);
+        ops::add_forward(o.data(), x.data(), d.data(), N);
+        ops::accumulate(o.data(), d.data(), N);
+        ops::scale(o.data(), 0.3f, N);
+        r.push_back(o);
+        r.push_back(g);
+        return r;
+    }, "activations");
+}
+
+// ================================================================================= dropout ====
+
+TEST_CASE("philox_uniform reproduces the Random123 Philox-4x32-10 known-answer vectors") {
+    // Random123 kat_vectors: counter, key -> first output word. Our packing maps
+    // counter = (i lo, i hi ^ (layer << 8 | site), microbatch, step), key = (seed lo, seed hi);
+    // the uniform keeps the top 24 bits of the first word.
+    auto word_top24 = [](uint32_t w) { return (float)(w >> 8) / 16777216.0f; };
+    ops::DropoutKey zero;
+    CHECK(ops::philox_uniform(zero, 0) == word_top24(0x6627e8d5u));
+    ops::DropoutKey ones;
+    ones.seed = ~0ull;
+    ones.step = ones.microbatch = 0xffffffffu;
+    CHECK(ops::philox_uniform(ones, ~0ull) == word_top24(0x408f276du));
+    ops::DropoutKey pi;
+    pi.seed = 0x299f31d0a4093822ull;
+    pi.microbatch = 0x13198a2eu;
+    pi.step = 0x03707344u;
+    CHECK(ops::philox_uniform(pi, 0x85a308d3243f6a88ull) == word_top24(0xd16cfe09u));
+    // the layer/site word is XORed into the high half of the element index
+    ops::DropoutKey pi2 = pi;
+    pi2.layer = 0x85a308u;
+    pi2.site = 0xd3u;
+    CHECK(ops::philox_uniform(pi2, 0x243f6a88ull) == word_top24(0xd16cfe09u));
+}
+
+namespace {
+std::vector<bool> dropout_mask(const ops::DropoutKey& key, float p, int N) {
+    Vec ones(N, 1.0f), out(N);
+    ops::dropout_forward(out.data(), ones.data(), p, key, N);
+    std::vector<bool> keep(N);
+    for (int i = 0; i < N; i++) keep[i] = out[i] != 0.0f;
+    return keep;
+}
+}  // namespace
+
+TEST_CASE("dropout: same key same mask, any other key field a different mask") {
+    const int N = 1000;
+    const float p = 0.3f;
+    ops::DropoutKey key;
+    key.seed = 1234;
+    key.step = 5;
+    key.microbatch = 2;
+    key.layer = 3;
+    key.site = 1;
+    const auto base = dropout_mask(key, p, N);
+    CHECK(dropout_mask(key, p, N) == base);
+    std::vector<ops::DropoutKey> others(6, key);
+    others[0].seed = 1235;
+    others[1].seed = key.seed | (1ull << 40);  // the high word of the seed matters too
+    others[2].step = 6;
+    others[3].microbatch = 3;
+    others[4].layer = 4;
+    others[5].site = 2;
+    for (size_t o = 0; o < others.size(); o++) {
+        const auto m = dropout_mask(others[o], p, N);
+        int differ = 0;
+        for (int i = 0; i < N; i++) differ += m[i] != base[i];
+        INFO("changed key field #" << o);
+        CHECK(differ > N / 5);  // independent masks differ in 2 p (1 - p) = 42% of places
+    }
+}
+
+TEST_CASE("dropout: keep rate, scale, in-place, p = 0, and the backward uses the same mask") {
+    const int N = 200003;
+    const float p = 0.1f;
+    ops::DropoutKey key;
+    key.seed = 42;
+    const Vec x = random_vec(N, 81, 0.5f, 1.5f);  // never zero, so a zero output means dropped
+    Vec out(N);
+    ops::dropout_forward(out.data(), x.data(), p, key, N);
+    int kept = 0;
+    bool scaled = true;
+    double u_sum = 0.0;
+    for (int i = 0; i < N; i++) {
+        const float u = ops::philox_uniform(key, i);
+        u_sum += u;
+        CHECK_UNARY(u >= 0.0f);
+        CHECK_UNARY(u < 1.0f);
+        if (out[i] != 0.0f) {
+            kept++;
+            scaled &= out[i] == x[i] * (1.0f / (1.0f - p)) && u >= p;
+        } else {
+            scaled &= u < p;
+        }
+    }
+    CHECK(scaled);
+    // binomial standard deviation sqrt(p (1-p) / N) = 6.7e-4: a 7-sigma window
+    CHECK(std::fabs(kept / (double)N - (1.0 - p)) < 5e-3);
+    CHECK(std::fabs(u_sum / N - 0.5) < 5e-3);
+
+    Vec inplace = x;
+    ops::dropout_forward(inplace.data(), inplace.data(), p, key, N);
+    CHECK(same_bits(inplace, out));
+
+    Vec copy(N);
+    ops::dropout_forward(copy.data(), x.data(), 0.0f, key, N);
+    CHECK(same_bits(copy, x));
+
+    // backward(ones) is the mask times 1/(1-p): it must equal forward(ones)
+    Vec ones(N, 1.0f), fwd_ones(N), dinp(N, 0.0f);
+    ops::dropout_forward(fwd_ones.data(), ones.data(), p, key, N);
+    ops::dropout_backward(dinp.data(), ones.data(), p, key, N);
+    CHECK(same_bits(dinp, fwd_ones));
+    ops::dropout_backward(dinp.data(), ones.data(), p, key, N);
+    CHECK(same_bits(dinp, twice(fwd_ones)));
+
+    check_thread_invariant([&] {
+        Vec o(N), g(N, 0.0f);
+        ops::dropout_forward(o.data(), x.data(), p, key, N);
+        ops::dropout_backward(g.data(), x.data(), p, key, N);
+        return std::vector<Vec>{o, g};
+    }, "dropout");
+}
+
+// =============================================================================== attention ====
+
+namespace {
+
+struct AttnCase {
+    int B, T, NH, HS;
+    bool use_mask, causal;
+    float p;
+};
+
+// Straightforward float64 attention: scores, masked softmax, dropout by the same Philox draw.
+void attention_ref(std::vector<double>& out, std::vector<double>& att, const Vec& q, const Vec& k,
+                   const Vec& v, const std::vector<int32_t>& mask, const AttnCase& c,
+                   const ops::DropoutKey& key) {
+    const int C = c.NH * c.HS, T = c.T;
+    out.assign((size_t)c.B * T * C, 0.0);
+    att.assign((size_t)c.B * c.NH * T * T, 0.0);
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.NH; h++)
+            for (int i = 0; i < T; i++) {
+                std::vector<double> s(T, -INFINITY);
+                double mx = -INFINITY;
+                for (int j = 0; j < T; j++) {
+                    if (c.use_mask && mask[b * T + j] == 0) continue;
+                    if (c.causal && j > i) continue;
+                    double d = 0.0;
+                    for (int e = 0; e < c.HS; e++)
+                        d += (double)q[(b * T + i) * C + h * c.HS + e] * k[(b * T + j) * C + h * c.HS + e];
+                    s[j] = d / std::sqrt((double)c.HS);
+                    mx = std::max(mx, s[j]);
+                }
+                if (mx == -INFINITY) continue;  // no visible key: zero probabilities, zero output
+                double sum = 0.0;
+                for (int j = 0; j < T; j++) sum += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - mx);
+                for (int j = 0; j < T; j++) {
+                    const size_t idx = (((size_t)b * c.NH + h) * T + i) * T + j;
+                    const double a = s[j] == -INFINITY ? 0.0 : std::exp(s[j] - mx) / sum;
+                    att[idx] = a;
+                    const double m = c.p == 0.0f ? 1.0
+                                     : ops::philox_uniform(key, idx) >= c.p ? 1.0 / (1.0 - c.p) : 0.0;
+                    for (int e = 0; e < c.HS; e++)
+                        out[(b * T + i) * C + h * c.HS + e] += a * m * v[(b * T + j) * C + h * c.HS + e];
+                }
+            }
+}
+
+std::vector<int32_t> padding_mask(int B, int T) {
+    std::vector<int32_t> mask(B * T, 1);
+    for (int b = 0; b < B; b++)  // batch row b has T - 3b real tokens, then padding
+        for (int t = std::max(1, T - 3 * b); t < T; t++) mask[b * T + t] = 0;
+    return mask;
+}
+
+}  // namespace
+
+TEST_CASE("attention forward matches a float64 reference; backward matches finite differences") {
+    const AttnCase cases[] = {
+        {2, 11, 2, 26, false, false, 0.0f}, {2, 11, 2, 26, true, false, 0.0f},
+        {3, 11, 2, 26, false, true, 0.0f},  {3, 11, 2, 26, true, true, 0.0f},
+        {2, 11, 2, 26, true, true, 0.25f},  {1, 7, 3, 5, false, false, 0.5f},
+    };
+    for (const AttnCase& c : cases) {
+        INFO("B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS << " mask=" << c.use_mask
+                  << " causal=" << c.causal << " p=" << c.p);
+        const int C = c.NH * c.HS, n = c.B * c.T * C;
+        ops::DropoutKey key;
+        key.seed = 7;
+        key.layer = 2;
+        key.site = 1;
+        Vec q = random_vec(n, 91, -1.5f, 1.5f), k = random_vec(n, 92, -1.5f, 1.5f), v = random_vec(n, 93);
+        const Vec R = random_vec(n, 94);
+        const auto mask = padding_mask(c.B, c.T);
+        const int32_t* m = c.use_mask ? mask.data() : nullptr;
+
+        Vec out(n), att((size_t)c.B * c.NH * c.T * c.T);
+        ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), m, c.causal, c.p,
+                               key, c.B, c.T, c.NH, c.HS);
+        std::vector<double> out_ref, att_ref;
+        attention_ref(out_ref, att_ref, q, k, v, mask, c, key);
+        CHECK(rel_err(att, att_ref) < 1e-5);
+        CHECK(rel_err(out, out_ref) < 1e-5);
+        bool masked_exactly_zero = true;  // a masked key gets exactly 0, not just a small number
+        for (size_t i = 0; i < att.size(); i++) masked_exactly_zero &= att_ref[i] != 0.0 || att[i] == 0.0f;
+        CHECK(masked_exactly_zero);
+
+        // The dropout mask is a fixed function of the key, so finite differences see it fixed.
+        auto loss = [&] {
+            Vec o(n), a(att.size());
+            ops::attention_forward(o.data(), a.data(), q.data(), k.data(), v.data(), m, c.causal, c.p,
+                                   key, c.B, c.T, c.NH, c.HS);
+            return objective(o, R);
+        };
+        Vec dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+        ops::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), att.data(), q.data(),
+                                k.data(), v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+        check_grad(dq, numeric_grad(q, loss), "attention dq");
+        check_grad(dk, numeric_grad(k, loss), "attention dk");
+        check_grad(dv, numeric_grad(v, loss), "attention dv");
+
+        // accumulation and the null-pointer halves
+        Vec dq2 = dq, dk2 = dk, dv2 = dv;
+        ops::attention_backward(dq2.data(), dk2.data(), dv2.data(), R.data(), att.data(), q.data(),
+                                k.data(), v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(same_bits(dq2, twice(dq)));
+        CHECK(same_bits(dk2, twice(dk)));
+        CHECK(same_bits(dv2, twice(dv)));
+        Vec dq3(n, 0.0f), dk3(n, 0.0f), dv3(n, 0.0f);
+        ops::attention_backward(dq3.data(), nullptr, nullptr, R.data(), att.data(), q.data(), k.data(),
+                                v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+        ops::attention_backward(nullptr, dk3.data(), dv3.data(), R.data(), att.data(), q.data(),
+                                k.data(), v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(same_bits(dq3, dq));
+        CHECK(same_bits(dk3, dk));
+        CHECK(same_bits(dv3, dv));
+    }
+}
+
+TEST_CASE("attention: a query whose keys are all padding gets zero output, no NaN") {
+    const int B = 1, T = 5, NH = 1, HS = 3, n = B * T * NH * HS;
+    const Vec q = random_vec(n, 101), k = random_vec(n, 102), v = random_vec(n, 103);
+    const std::vector<int32_t> mask(T, 0);
+    Vec out(n, 9.0f), att(T * T, 9.0f), dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+    ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), mask.data(), true,
+                           0.0f, ops::DropoutKey{}, B, T, NH, HS);
+    for (float x : out) CHECK(x == 0.0f);
+    for (float x : att) CHECK(x == 0.0f);
+    ops::attention_backward(dq.data(), dk.data(), dv.data(), out.data(), att.data(), q.data(),
+                            k.data(), v.data(), 0.0f, ops::DropoutKey{}, B, T, NH, HS);
+    for (int i = 0; i < n; i++) CHECK((dq[i] == 0.0f && dk[i] == 0.0f && dv[i] == 0.0f));
+}
+
+TEST_CASE("attention is thread-invariant") {
+    const int B = 2, T = 19, NH = 3, HS = 26, n = B * T * NH * HS;
+    const Vec q = random_vec(n, 111), k = random_vec(n, 112), v = random_vec(n, 113);
+    const Vec dout = random_vec(n, 114);
+    const auto mask = padding_mask(B, T);
+    ops::DropoutKey key;
+    key.seed = 3;
+    check_thread_invariant([&] {
+        Vec out(n), att((size_t)B * NH * T * T), dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+        ops::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), mask.data(), true,
+                               0.1f, key, B, T, NH, HS);
+        ops::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(),
+                                k.data(), v.data(), 0.1f, key, B, T, NH, HS);
+        return std::vector<Vec>{out, att, dq, dk, dv};
+    }, "attention");
+}
+
+// =========================================================================== cross-entropy ====
+
+TEST_CASE("crossentropy matches float64; ignored rows give 0 loss and untouched gradients") {
+    const int N = 7, V = 37;
+    const Vec logits = random_vec(N * V, 121, -4.0f, 4.0f);
+    const std::vector<int32_t> targets = {3, -100, 36, 0, 17, -100, 5};
+    const float scale = 0.125f;
+    Vec losses(N, 9.0f);
+    ops::crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    Vec dlogits = random_vec(N * V, 122);  // garbage that must stay where rows are ignored
+    const Vec before = dlogits;
+    ops::crossentropy_backward(dlogits.data(), logits.data(), targets.data(), scale, N, V);
+    for (int n = 0; n < N; n++) {
+        INFO("row " << n);
+        if (targets[n] == -100) {
+            CHECK(losses[n] == 0.0f);
+            CHECK(std::memcmp(&dlogits[n * V], &before[n * V], V * sizeof(float)) == 0);
+            continue;
+        }
+        double mx = -INFINITY, sum = 0.0;
+        for (int i = 0; i < V; i++) mx = std::max(mx, (double)logits[n * V + i]);
+        for (int i = 0; i < V; i++) sum += std::exp(logits[n * V + i] - mx);
+        const double lse = mx + std::log(sum);
+        CHECK(std::fabs(losses[n] - (lse - logits[n * V + targets[n]])) < 1e-6);
+        for (int i = 0; i < V; i++) {
+            const double d = scale * (std::exp(logits[n * V + i] - lse) - (i == targets[n]));
+            CHECK(std::fabs(dlogits[n * V + i] - (before[n * V + i] + d)) < 1e-6);
+        }
+    }
+}
+
+TEST_CASE("crossentropy backward matches finite differences of the scaled summed loss") {
+    const int N = 5, V = 13;
+    Vec logits = random_vec(N * V, 131, -2.0f, 2.0f);
+    const std::vector<int32_t> targets = {12, 0, -100, 7, 3};
+    const float scale = 0.5f;
+    auto loss = [&] {
+        Vec l(N);
+        ops::crossentropy_forward(l.data(), logits.data(), targets.data(), N, V);
+        return scale * objective(l, Vec(N, 1.0f));
+    };
+    Vec d(N * V, 0.0f);
+    ops::crossentropy_backward(d.data(), logits.data(), targets.data(), scale, N, V);
+    check_grad(d, numeric_grad(logits, loss), "crossentropy dlogits");
+    Vec d2 = d;
+    ops::crossentropy_backward(d2.data(), logits.data(), targets.data(), scale, N, V);
+    CHECK(same_bits(d2, twice(d)));
+}
+
+TEST_CASE("crossentropy rejects an out-of-range target and is thread-invariant") {
+    const int N = 29, V = 1001;
+    const Vec logits = random_vec(N * V, 141, -5.0f, 5.0f);
+    std::vector<int32_t> targets(N);
+    for (int n = 0; n < N; n++) targets[n] = n % 4 == 1 ? -100 : (n * 97) % V;
+    Vec l(N), d(N * V, 0.0f);
+    std::vector<int32_t> bad = targets;
+    bad[3] = V;
+    CHECK_THROWS_AS(ops::crossentropy_forward(l.data(), logits.data(), bad.data(), N, V), std::runtime_error);
+    bad[3] = -1;
+    CHECK_THROWS_AS(ops::crossentropy_backward(d.data(), logits.data(), bad.data(), 1.0f, N, V),
+                    std::runtime_error);
+    check_thread_invariant([&] {
+        Vec loss(N), grad(N * V, 0.0f);
+        ops::crossentropy_forward(loss.data(), logits.data(), targets.data(), N, V);
+        ops::crossentropy_backward(grad.data(), logits.data(), targets.data(), 0.01f, N, V);
+        return std::vector<Vec>{loss, grad};
+    }, "crossentropy");
+}
+
+// =============================================================================== embedding ====
+
+TEST_CASE("embedding forward adds rows; backward scatter-adds repeated ids") {
+    const int N = 11, C = 13, V = 6;
+    const std::vector<int32_t> ids = {2, 5, 2, 0, 2, 5, 1, 3, 3, 2, 0};  // id 4 never used
+    const Vec table = random_vec(V * C, 151), dout = random_vec(N * C, 152);
+    Vec out = random_vec(N * C, 153);
+    const Vec out0 = out;
+    ops::embedding_forward(out.data(), ids.data(), table.data(), N, C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) CHECK(out[n * C + c] == out0[n * C + c] + table[ids[n] * C + c]);
+
+    std::vector<double> ref(V * C, 0.0);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) ref[ids[n] * C + c] += dout[n * C + c];
+    Vec dtable(V * C, 0.0f);
+    ops::embedding_backward(dtable.data(), dout.data(), ids.data(), N, C);
+    CHECK(rel_err(dtable, ref) < 1e-6);
+    for (int c = 0; c < C; c++) CHECK(dtable[4 * C + c] == 0.0f);
+    const Vec once = dtable;
+    ops::embedding_backward(dtable.data(), dout.data(), ids.data(), N, C);
+    CHECK(same_bits(dtable, twice(once)));
+}
+
+TEST_CASE("embedding backward sums in the documented order, on any thread count") {
+    const int N = 300, C = 37, V = 97;
+    std::vector<int32_t> ids(N);
+    for (int n = 0; n < N; n++) ids[n] = (n * n + 3 * n) % V;
+    const Vec table = random_vec(V * C, 161), dout = random_vec(N * C, 162);
+    // The documented order, in float: each id's rows summed in increasing n, then added once.
+    Vec expected(V * C, 0.0f);
+    for (int id = 0; id < V; id++)
+        for (int c = 0; c < C; c++) {
+            float s = 0.0f;
+            for (int n = 0; n < N; n++)
+                if (ids[n] == id) s += dout[n * C + c];
+            expected[id * C + c] += s;
+        }
+    Vec dtable(V * C, 0.0f);
+    ops::embedding_backward(dtable.data(), dout.data(), ids.data(), N, C);
+    CHECK(same_bits(dtable, expected));
+    check_thread_invariant([&] {
+        Vec out(N * C, 0.0f), dtable(V * C, 0.0f);
+        ops::embedding_forward(out.data(), ids.data(), table.data(), N, C);
+        ops::embedding_backward(dtable.data(), dout.data(), ids.data(), N, C);
+        return std::vector<Vec>{out, dtable};
+    }, "embedding");
+}
+
+// =============================================================================== optimizer ====
+
+TEST_CASE("adamw: one step matches the scalar formula in float64") {
+    const int N = 37;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+    const int t = 3;
+    Vec p = random_vec(N, 171), m = random_vec(N, 172, -0.1f, 0.1f), v = random_vec(N, 173, 0.0f, 0.01f);
+    const Vec g = random_vec(N, 174), p0 = p, m0 = m, v0 = v;
+    ops::adamw_update(p.data(), m.data(), v.data(), g.data(), N, lr, b1, b2, eps, wd, t);
+    for (int i = 0; i < N; i++) {
+        const double mi = (double)b1 * m0[i] + (1.0 - b1) * g[i];
+        const double vi = (double)b2 * v0[i] + (1.0 - b2) * g[i] * g[i];
+        const double mhat = mi / (1.0 - std::pow((double)b1, t));
+        const double vhat = vi / (1.0 - std::pow((double)b2, t));
+        const double step = lr * (mhat / (std::sqrt(vhat) + eps) + wd * p0[i]);
+        INFO("element " << i);
+        CHECK(std::fabs(m[i] - mi) < 1e-6);
+        CHECK(std::fabs(v[i] - vi) < 1e-7);
+        // the update itself (~lr) to 1e-4 relative; p's own rounding is 6e-8 |p|
+        CHECK(std::fabs((p[i] - p0[i]) - (-step)) < 1e-4 * lr + 1e-7 * std::fabs(p0[i]));
+    }
+}
+
+TEST_CASE("sum_squares matches a float64 loop and is thread-invariant") {
+    const int64_t N = 250007;  // > 3 * 4 chunks, and not a multiple of the chunk size
+    const Vec x = random_vec(N, 181, -2.0f, 2.0f);
+    double ref = 0.0;
+    for (float e : x) ref += (double)e * e;
+    const double got = ops::sum_squares(x.data(), N);
+    CHECK(std::fabs(got - ref) < 1e-12 * ref);
+    CHECK(ops::sum_squares(x.data(), 0) == 0.0);
+    check_thread_invariant([&] {
+        const double s = ops::sum_squares(x.data(), N);
+        Vec bits(2);
+        std::memcpy(bits.data(), &s, sizeof(double));
+        Vec p = x, m(N, 0.0f), v(N, 0.0f);
+        ops::adamw_update(p.data(), m.data(), v.data(), x.data(), N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+        return std::vector<Vec>{bits, p, m, v};
+    }, "sum_squares and adamw");
+}

@@ -1,0 +1,83 @@
+// tutorials/01_gemm.cpp — why a blocked GEMM is many times faster than the triple loop.
+//
+// Step 1 checks that the blocked kernel computes the same thing as the textbook loop.
+// Step 2 times both: same arithmetic, very different speed, because the blocked kernel
+// (kernels/cpu/gemm.cpp) packs tiles of A and B into contiguous buffers that stay in cache
+// and keeps a 6 x 32 tile of C in vector registers while it walks over K.
+#include "kernels/ops.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace {
+
+std::vector<float> random_matrix(size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(gen);
+    return v;
+}
+
+// GFLOP/s of one (M, N, K) product: repeats until 0.2 s have passed, 2*M*N*K flops each.
+template <class Gemm>
+double gflops(Gemm gemm, int S) {
+    const auto A = random_matrix((size_t)S * S, 1), B = random_matrix((size_t)S * S, 2);
+    std::vector<float> C((size_t)S * S);
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double seconds = 0.0;
+    do {
+        gemm(C.data(), A.data(), B.data(), nullptr, S, S, S, false, false, 1.0f, 0.0f);
+        reps++;
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (seconds < 0.2);
+    return 2.0 * S * S * S * reps / seconds / 1e9;
+}
+
+}  // namespace
+
+int main() {
+    std::printf("Step 1: the blocked gemm against the naive triple loop (awkward sizes)\n");
+    const int shapes[][3] = {{1, 17, 63}, {63, 130, 17}, {130, 63, 130}};
+    for (auto& s : shapes) {
+        const int M = s[0], N = s[1], K = s[2];
+        for (int t = 0; t < 4; t++) {
+            const bool ta = t & 1, tb = t & 2;
+            const auto A = random_matrix((size_t)M * K, 3), B = random_matrix((size_t)K * N, 4);
+            std::vector<float> C1((size_t)M * N), C2((size_t)M * N);  // (M, N)
+            ops::gemm(C1.data(), A.data(), B.data(), nullptr, M, N, K, ta, tb, 1.0f, 0.0f);
+            ops::gemm_naive(C2.data(), A.data(), B.data(), nullptr, M, N, K, ta, tb, 1.0f, 0.0f);
+            double err = 0.0;
+            for (size_t i = 0; i < C1.size(); i++) err = std::fmax(err, std::fabs(C1[i] - C2[i]));
+            std::printf("  M=%3d N=%3d K=%3d transA=%d transB=%d  max |blocked - naive| = %g\n",
+                        M, N, K, ta, tb, err);
+        }
+    }
+    std::printf("  Look at: the error is exactly 0. Both kernels add the K products of each output\n"
+                "  in the same order; blocking only changes the order in which outputs are visited.\n\n");
+
+    std::printf("Step 2: speed, one thread, square S x S x S products\n");
+    std::printf("  %6s %14s %14s %9s\n", "S", "naive GFLOP/s", "blocked GFLOP/s", "speed-up");
+    for (int S : {64, 128, 256, 384}) {
+        const double naive = gflops(ops::gemm_naive, S), blocked = gflops(ops::gemm, S);
+        std::printf("  %6d %14.2f %14.2f %8.1fx\n", S, naive, blocked, blocked / naive);
+    }
+    std::printf("  Look at: the naive loop reads B down a column (stride N floats), so every\n"
+                "  multiply waits on memory; the blocked kernel reads packed, contiguous tiles\n"
+                "  and each step of k loads 6 + 32 floats for 6 x 32 multiply-adds.\n\n");
+
+    std::printf("Step 3: the blocked kernel on 2 threads (tiles of C are split between them)\n");
+    ops::set_num_threads(2);
+    std::printf("  S=384: %.2f GFLOP/s\n", gflops(ops::gemm, 384));
+    ops::set_num_threads(1);
+    std::printf("  Look at: close to 2x when two cores are free; the bits of C do not change,\n"
+                "  because every output is still computed by exactly one thread in the same order.\n\n");
+
+    std::printf("Question: the micro-kernel keeps a 6 x 32 tile of C in registers. Why does a\n"
+                "larger tile (say 16 x 32) get *slower*? Count the vector registers it needs.\n");
+    return 0;
+}

@@ -72,7 +72,8 @@ struct DropoutKey {
 };
 // Uniform float in [0, 1) for element i (24 random bits).
 float philox_uniform(const DropoutKey& key, uint64_t i);
-// out = keep ? inp / (1 - p) : 0, keep = philox_uniform(key, i) >= p. p == 0 copies.
+// out = keep ? inp * s : 0 with s = 1 / (1 - p) computed once in float (as PyTorch does; the
+// CUDA port must multiply too), keep = philox_uniform(key, i) >= p. p == 0 copies.
 // In-place (out == inp) is allowed.
 void dropout_forward(float* out, const float* inp, float p, const DropoutKey& key, int N);
 void dropout_backward(float* dinp, const float* dout, float p, const DropoutKey& key, int N);
@@ -82,7 +83,8 @@ void dropout_backward(float* dinp, const float* dout, float p, const DropoutKey&
 // att: (B, NH, T, T) softmax probabilities, stored before dropout (the backward needs them).
 // mask: (B, T) with 1 = real token, 0 = padding (null = no padding). A masked key gets exactly
 // zero weight (what Hugging Face's additive -1e4 mask gives in fp32). causal: key j > query i
-// is masked too. Scores are scaled by 1/sqrt(HS).
+// is masked too. Scores are scaled by 1/sqrt(HS). A query whose keys are all masked gets zero
+// probabilities and a zero output. dq, dk, dv may be null.
 // Dropout p on the probabilities uses `key` (site as given by the caller).
 void attention_forward(float* out, float* att,
                        const float* q, const float* k, const float* v, const int32_t* mask,
@@ -107,7 +109,8 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
 // out[n] += table[ids[n]] for n < N (rows of width C). Adds, so word + position + type
 // embeddings are three calls into one zeroed buffer. ids are checked by the caller.
 void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C);
-// dtable[ids[n]] += dout[n], rows in increasing n (deterministic scatter-add).
+// dtable[id] += (sum of dout[n] over the n with ids[n] == id, added in increasing n): each
+// touched row gets one addition of its micro-batch sum, so the bits do not depend on threads.
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C);
 
 // ---- optimizer ----------------------------------------------------------------------------

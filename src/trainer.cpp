@@ -507,6 +507,9 @@ int train_main(const std::vector<std::string>& argv) {
         st::write_file_atomic(a.str("--trace"), pp::chrome_trace(all));
         std::printf("%s", pp::ascii_timeline(all, w.P, 100).c_str());
     }
+    std::printf("peak stash bytes per stage:");
+    for (int p = 0; p < w.P; p++) std::printf(" %zu", w.stages[p]->peak_stash_bytes());
+    std::printf("\n");
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
     std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
                 w.steps, secs, w.last_loss, ev.loss(), std::exp(ev.loss()), (long long)ev.targets, out.c_str());

@@ -1,0 +1,130 @@
+// Parallel equals serial: training through P stages with any schedule and any recompute policy
+// gives the same bits as one device; D data-parallel replicas equal one replica with D times
+// the micro-batches up to rounding; 1F1B bounds the activation memory that GPipe lets grow.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "src/safetensors.hpp"
+#include "tests/cli_util.hpp"
+
+using namespace test;
+
+namespace {
+
+const std::string kSample = fixture("text/sample_zh.txt");
+const std::string kCommon = " --preset tiny --data " + kSample + " --steps 3 --seq 16 --seed 7 --dropout 0.1 ";
+
+std::string train(const std::string& name, const std::string& args, int batch = 8) {
+    std::string out = temp_dir(name);
+    Run r = run_cli("train" + kCommon + " --batch " + std::to_string(batch) + " --out " + out + " " + args);
+    INFO(args);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    return out + "/model.safetensors";
+}
+
+// "" when equal, else the first differing tensor and element. With rel_tol > 0, elements may
+// differ by rel_tol times the largest magnitude in the whole file: relative to the model, not
+// to each tensor, because some tensors (the key biases, whose true gradient is zero) hold only
+// rounding noise that Adam scales up to a full step.
+std::string first_difference(const std::string& a_path, const std::string& b_path, double rel_tol) {
+    pt::st::File a = pt::st::read(a_path), b = pt::st::read(b_path);
+    if (a.tensors.size() != b.tensors.size()) return "different tensor lists";
+    double max_abs = 0;
+    for (const auto& t : a.tensors)
+        for (float v : a.to_f32(t.name)) max_abs = std::max(max_abs, double(std::fabs(v)));
+    for (const auto& t : a.tensors) {
+        std::vector<float> x = a.to_f32(t.name), y = b.to_f32(t.name);
+        for (size_t i = 0; i < x.size(); i++) {
+            bool same = rel_tol == 0 ? std::memcmp(&x[i], &y[i], sizeof(float)) == 0
+                                     : std::fabs(double(x[i]) - y[i]) <= rel_tol * max_abs;
+            if (!same) {
+                std::ostringstream s;
+                s.precision(9);
+                s << t.name << "[" << i << "]: " << x[i] << " vs " << y[i];
+                return s.str();
+            }
+        }
+    }
+    return "";
+}
+
+std::vector<double> peak_stash(const std::string& out) {
+    std::vector<double> v;
+    std::istringstream in(out.substr(out.rfind("peak stash bytes per stage:") + 27));
+    double x;
+    while (in >> x) v.push_back(x);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("P in {1,2,4} x every schedule x recompute gives bitwise-identical parameters") {
+    std::string reference = train("ref", "--stages 1 --micro-batches 4 --schedule gpipe");
+    struct Config { int P; std::string schedule; int V; };
+    std::vector<Config> grid = {{1, "1f1b", 1},        {1, "zb-h1", 1},       {1, "interleaved", 3},
+                                {2, "gpipe", 1},       {2, "1f1b", 1},        {2, "interleaved", 2},
+                                {2, "interleaved", 3}, {2, "zb-h1", 1},       {4, "gpipe", 1},
+                                {4, "1f1b", 1},        {4, "interleaved", 1}, {4, "zb-h1", 1}};
+    int n = 0;
+    for (const Config& c : grid)
+        for (const char* recompute : {"none", "full"}) {
+            std::string args = "--stages " + std::to_string(c.P) + " --micro-batches 4 --schedule " + c.schedule +
+                               " --chunks " + std::to_string(c.V) + " --recompute " + recompute;
+            std::string model = train("grid" + std::to_string(n++), args);
+            CAPTURE(args);
+            CHECK(read_file(model) == read_file(reference));   // byte for byte
+            CHECK(first_difference(reference, model, 0) == "");
+        }
+}
+
+TEST_CASE("the comparison can fail: a different seed or M changes the bits") {
+    std::string a = train("m4", "--stages 2 --micro-batches 4");
+    std::string b = train("m2", "--stages 2 --micro-batches 2");
+    CHECK(first_difference(a, b, 0) != "");   // M changes the summation order
+}
+
+TEST_CASE("D = 2 replicas equal one replica with twice the micro-batches within 1e-6") {
+    std::string one = train("dp1", "--stages 2 --micro-batches 4 --schedule 1f1b");
+    std::string two = train("dp2", "--stages 2 --micro-batches 2 --schedule 1f1b --dp 2");
+    CHECK(first_difference(one, two, 1e-6) == "");
+    std::string dp_alone = train("dp2p1", "--stages 1 --micro-batches 2 --dp 2");
+    CHECK(first_difference(one, dp_alone, 1e-6) == "");
+    // The first step's gradients (summed over replicas) agree too.
+    std::string g1 = temp_dir("dpg1") + "/g.safetensors", g2 = temp_dir("dpg2") + "/g.safetensors";
+    train("dpg1run", "--stages 2 --micro-batches 4 --dump-grads " + g1);
+    train("dpg2run", "--stages 2 --micro-batches 2 --dp 2 --dump-grads " + g2);
+    CHECK(first_difference(g1, g2, 1e-6) == "");
+    CHECK(first_difference(g1, g2, 0) != "");   // not bitwise: the replicas' sums round differently
+    // A replica that lost its gradient would be far outside the tolerance.
+    std::string lone = train("dp1m2", "--stages 2 --micro-batches 2", 4);
+    CHECK(first_difference(one, lone, 1e-6) != "");
+}
+
+TEST_CASE("activation memory: 1F1B bounds what GPipe stashes, recompute keeps only inputs") {
+    auto run = [&](const std::string& name, const std::string& args) {
+        std::string out = temp_dir(name);
+        Run r = run_cli("train --preset tiny --data " + kSample + " --steps 1 --batch 32 --seq 16 --seed 7 --out " + out +
+                        " --stages 4 --micro-batches 16 " + args);
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        return peak_stash(r.out);
+    };
+    std::vector<double> gpipe = run("mem_gpipe", "--schedule gpipe");
+    std::vector<double> f1b = run("mem_1f1b", "--schedule 1f1b");
+    std::vector<double> gpipe_rc = run("mem_gpipe_rc", "--schedule gpipe --recompute full");
+    REQUIRE(gpipe.size() == 4);
+    REQUIRE(f1b.size() == 4);
+    // Stage 0 of 1F1B holds at most P = 4 of the M = 16 micro-batches.
+    CHECK(f1b[0] <= (4.0 / 16 + 0.05) * gpipe[0]);
+    for (int s = 0; s < 4; s++) CHECK(f1b[s] <= gpipe[s]);
+    // Recompute: 16 stage inputs (2 rows x 16 tokens x 64 channels x 4 bytes each) plus one
+    // micro-batch's activations while it is recomputed, far below the full stash.
+    double input_bytes = 2 * 16 * 64 * 4;
+    CHECK(gpipe_rc[1] >= 16 * input_bytes);
+    CHECK(gpipe_rc[1] < 0.25 * gpipe[1]);
+}

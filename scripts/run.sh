@@ -12,5 +12,5 @@ out=runs/poems
 mkdir -p "$out"
 build/pipetrain train --preset tiny --data data/poems.txt --out "$out" \
   --stages 4 --micro-batches 8 --batch 32 --seq 64 --schedule 1f1b --recompute none \
-  --steps 300 --lr 2e-3 --dropout 0.1 --seed 1234 --trace "$out/timeline.json" "$@"
+  --steps 600 --lr 2e-3 --partition time --dropout 0.1 --seed 1234 --trace "$out/timeline.json" "$@"
 echo "model: $out (config.json, vocab.txt, model.safetensors); timeline: $out/timeline.json (open in https://ui.perfetto.dev)"

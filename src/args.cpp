@@ -13,8 +13,7 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
             positional_.push_back(a);
         } else if (valued.count(a)) {
             if (i + 1 >= argv.size()) throw std::runtime_error(a + ": expected a value");
-            if (values_.count(a)) throw std::runtime_error(a + ": given twice");
-            values_[a] = argv[++i];
+            values_[a] = argv[++i];   // the last one wins, so wrapper scripts can override defaults
         } else if (switches.count(a)) {
             switches_on_.insert(a);
         } else {

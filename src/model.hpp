@@ -49,6 +49,7 @@ struct ParamInfo {
     size_t offset = 0, numel = 0;
     bool decay = true;           // AdamW weight decay (off for biases and LayerNorm)
     bool tied = false;           // the head's copy of the word embedding: never saved
+    bool optional = false;       // may be absent from a checkpoint: then it keeps its fresh init
 };
 
 // What a layer keeps between its forward and its backward for one micro-batch.

@@ -142,6 +142,28 @@ void fill_row(Batch& b, int row, const std::vector<int32_t>& seq, Objective obj,
     }
 }
 
+// The g-th item of an endless stream of epochs, each epoch its own Fisher-Yates permutation
+// driven by (seed, epoch). Caches the last epoch's permutation.
+class EpochOrder {
+ public:
+    EpochOrder(size_t n, uint64_t seed) : n_(n), seed_(seed) {}
+    size_t at(uint64_t g) {
+        uint64_t epoch = g / n_;
+        if (epoch != epoch_) {
+            perm_.resize(n_);
+            for (size_t i = 0; i < n_; i++) perm_[i] = i;
+            for (size_t i = n_ - 1; i > 0; i--) std::swap(perm_[i], perm_[hash4(seed_, epoch, 77, i) % (i + 1)]);
+            epoch_ = epoch;
+        }
+        return perm_[g % n_];
+    }
+
+ private:
+    size_t n_;
+    uint64_t seed_, epoch_ = ~uint64_t(0);
+    std::vector<size_t> perm_;
+};
+
 Batch empty_batch(int B, int T) {
     Batch b;
     b.B = B, b.T = T;
@@ -157,20 +179,8 @@ Batch make_batch(const std::vector<std::vector<int32_t>>& seqs, int64_t index, i
     if (seqs.empty()) throw std::runtime_error("no training sequences");
     int T = int(seqs[0].size());
     Batch b = empty_batch(B, T);
-    size_t n = seqs.size();
-    std::vector<size_t> perm;
-    uint64_t perm_epoch = ~uint64_t(0);
-    for (int r = 0; r < B; r++) {
-        // Position in the endless stream of epochs; each epoch is its own permutation.
-        uint64_t g = uint64_t(index) * B + r, epoch = g / n, pos = g % n;
-        if (epoch != perm_epoch) {   // Fisher-Yates driven by (seed, epoch)
-            perm.resize(n);
-            for (size_t i = 0; i < n; i++) perm[i] = i;
-            for (size_t i = n - 1; i > 0; i--) std::swap(perm[i], perm[hash4(seed, epoch, 77, i) % (i + 1)]);
-            perm_epoch = epoch;
-        }
-        fill_row(b, r, seqs[perm[pos]], obj, sp, seed, uint64_t(index) + 1);
-    }
+    EpochOrder order(seqs.size(), seed);
+    for (int r = 0; r < B; r++) fill_row(b, r, seqs[order.at(uint64_t(index) * B + r)], obj, sp, seed, uint64_t(index) + 1);
     if (obj == Objective::causal) set_causal_targets(b);
     return b;
 }
@@ -237,6 +247,98 @@ Batch load_inputs(const std::string& path, Objective obj) {
         throw std::runtime_error(path + ": --objective mlm needs a labels tensor [B, T] (-100 = no target)");
     }
     return b;
+}
+
+}  // namespace pt
+
+namespace pt {
+
+std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int T, int num_labels) {
+    std::vector<std::string> lines = read_lines(path);
+    auto split = [](const std::string& line) {
+        std::vector<std::string> cols;
+        size_t start = 0;
+        for (;;) {
+            size_t tab = line.find('\t', start);
+            cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+            if (tab == std::string::npos) return cols;
+            start = tab + 1;
+        }
+    };
+    if (lines.empty()) throw std::runtime_error(path + ": empty (expected a header row: label<TAB>text_a)");
+    std::vector<std::string> header = split(lines[0]);
+    int label_col = -1, a_col = -1, b_col = -1;
+    for (int i = 0; i < int(header.size()); i++) {
+        std::string h = header[i];
+        if (!h.empty() && h.back() == '\r') h.pop_back();
+        if (h == "label") label_col = i;
+        else if (h == "text_a") a_col = i;
+        else if (h == "text_b") b_col = i;
+    }
+    if (label_col < 0 || a_col < 0)
+        throw std::runtime_error(path + ": header must name the columns label and text_a (optional text_b, qid)");
+    std::vector<Example> out;
+    for (size_t i = 1; i < lines.size(); i++) {
+        if (lines[i].empty()) continue;
+        std::string where = path + ": line " + std::to_string(i + 1);
+        std::vector<std::string> cols = split(lines[i]);
+        if (!cols.empty() && !cols.back().empty() && cols.back().back() == '\r') cols.back().pop_back();
+        if (int(cols.size()) != int(header.size()))
+            throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
+                                     std::to_string(header.size()));
+        Example e;
+        try {
+            size_t used = 0;
+            e.label = std::stoi(cols[label_col], &used);
+            if (used != cols[label_col].size()) throw std::invalid_argument("");
+        } catch (const std::exception&) {
+            throw std::runtime_error(where + ": label \"" + cols[label_col] + "\" is not an integer");
+        }
+        if (e.label < 0 || e.label >= num_labels)
+            throw std::runtime_error(where + ": label " + std::to_string(e.label) + " out of range [0, " +
+                                     std::to_string(num_labels) + ") (--labels)");
+        Tokenizer::Encoded enc;
+        try {
+            enc = tok.encode_pair(cols[a_col], b_col >= 0 ? cols[b_col] : "", T);
+        } catch (const std::exception& ex) {
+            throw std::runtime_error(where + ": " + ex.what());
+        }
+        e.ids = enc.input_ids, e.types = enc.token_type_ids;
+        e.ids.resize(T, tok.pad_id()), e.types.resize(T, 0);
+        out.push_back(std::move(e));
+    }
+    if (out.empty()) throw std::runtime_error(path + ": no examples");
+    return out;
+}
+
+namespace {
+void fill_example(Batch& b, int row, const Example& e, int32_t pad) {
+    for (int t = 0; t < b.T; t++) {
+        size_t i = size_t(row) * b.T + t;
+        b.input_ids[i] = e.ids[t];
+        b.token_type_ids[i] = e.types[t];
+        b.attention_mask[i] = e.ids[t] != pad;
+        b.targets[i] = t == 0 ? e.label : kIgnore;
+    }
+}
+}  // namespace
+
+Batch make_classify_batch(const std::vector<Example>& data, int64_t index, int B, int32_t pad, uint64_t seed) {
+    Batch b = empty_batch(B, int(data.at(0).ids.size()));
+    EpochOrder order(data.size(), seed);
+    for (int r = 0; r < B; r++) fill_example(b, r, data[order.at(uint64_t(index) * B + r)], pad);
+    return b;
+}
+
+std::vector<Batch> make_classify_eval_batches(const std::vector<Example>& data, int B, int32_t pad) {
+    std::vector<Batch> out;
+    for (size_t first = 0; first < data.size(); first += B) {
+        int rows = int(std::min<size_t>(B, data.size() - first));
+        Batch b = empty_batch(rows, int(data[0].ids.size()));
+        for (int r = 0; r < rows; r++) fill_example(b, r, data[first + r], pad);
+        out.push_back(std::move(b));
+    }
+    return out;
 }
 
 }  // namespace pt

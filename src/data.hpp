@@ -56,4 +56,15 @@ Batch load_inputs(const std::string& path, Objective obj);
 // Causal targets: token t predicts token t+1 where both are real, else kIgnore.
 void set_causal_targets(Batch& b);
 
+// Sequence classification data: a ChnSentiCorp-style TSV with a header row naming the columns
+// `label`, `text_a`, optional `text_b` and `qid`. Each example is [CLS] A [SEP] (B [SEP]),
+// truncated to T and padded; the label sits at the [CLS] position of `targets`.
+struct Example {
+    std::vector<int32_t> ids, types;   // T each (padded)
+    int32_t label = kIgnore;
+};
+std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int T, int num_labels);
+Batch make_classify_batch(const std::vector<Example>& data, int64_t index, int B, int32_t pad, uint64_t seed);
+std::vector<Batch> make_classify_eval_batches(const std::vector<Example>& data, int B, int32_t pad);
+
 }  // namespace pt

@@ -15,8 +15,10 @@ const char* kUsage =
     "             --stages P --micro-batches M --batch B --seq L --schedule gpipe|1f1b|interleaved|zb-h1\n"
     "             [--chunks V] --recompute none|full --steps N --lr X --seed S --dropout P --threads T\n"
     "             --dp D --objective mlm|causal --trace F.json --dump-grads F.safetensors\n"
-    "             --partition params|time|uniform\n"
+    "             --partition params|time|uniform [--task classify --labels N --eval DEV.tsv]\n"
     "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
+    "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
+    "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
     "  schedule   --stages P --micro-batches M --schedule S [--chunks V] [--costs f,bi,bw,comm] [--trace F]\n"
@@ -38,6 +40,8 @@ int main(int argc, char** argv) {
         if (cmd == "vocab") return pt::vocab_main(args);
         if (cmd == "schedule") return pt::schedule_main(args);
         if (cmd == "partition") return pt::partition_main(args);
+        if (cmd == "fill-mask") return pt::fill_mask_main(args);
+        if (cmd == "generate") return pt::generate_main(args);
         std::fprintf(stderr, "pipetrain: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
         return 2;
     } catch (const std::exception& e) {

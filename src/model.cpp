@@ -314,6 +314,15 @@ class Block : public Layer {
     size_t wq_, bq_, wk_, bk_, wv_, bv_, wo_, bo_, ln1w_, ln1b_, w1_, b1_, w2_, b2_, ln2w_, ln2b_;
 };
 
+// pooled (B, C) = tanh(Wp h[b, 0] + bp): the [CLS] row of each sequence through the pooler.
+std::vector<float> pool(const float* h, int B, int T, int C, const float* w, const float* b) {
+    std::vector<float> cls(size_t(B) * C), pre(size_t(B) * C), out(size_t(B) * C);
+    for (int i = 0; i < B; i++) std::copy(h + size_t(i) * T * C, h + (size_t(i) * T + 1) * C, cls.begin() + size_t(i) * C);
+    linear_forward(pre.data(), cls.data(), w, b, B, C, C);
+    ops::tanh_forward(out.data(), pre.data(), B * C);
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // MLM head + loss: logits = LN(act(h Wt^T + bt)) E^T + bias, E tied to the word embedding.
 // Training computes logits only at rows that have a target (15% of them for MLM): the other
@@ -327,6 +336,11 @@ class Head : public Layer {
         lnw_ = add_param("cls.predictions.transform.LayerNorm.weight", {C}, false);
         lnb_ = add_param("cls.predictions.transform.LayerNorm.bias", {C}, false);
         bias_ = add_param("cls.predictions.bias", {cfg.vocab_size}, false);
+        // The pooler is not part of the MLM loss; it is kept (and saved) so that a checkpoint's
+        // pooler survives MLM training and eval can report pooled_output.
+        pw_ = add_param("ernie.pooler.dense.weight", {C, C}, false);
+        pb_ = add_param("ernie.pooler.dense.bias", {C}, false);
+        params_info[params_info.size() - 2].optional = params_info.back().optional = true;
         emb_ = add_param("cls.predictions.decoder.weight", {cfg.vocab_size, C});
         params_info.back().tied = true;
         finish_params();
@@ -356,6 +370,7 @@ class Head : public Layer {
             for (int i = 0; i < n; i++)
                 if (s->targets[i] != kIgnore) s->loss_sum += losses[i], s->num_targets++;
         }
+        if (opt.all_logits) s->pooled = pool(in, mb.B, mb.T, C, P(pw_), P(pb_));
         out[0] = float(s->loss_sum);
         return s;
     }
@@ -390,17 +405,95 @@ class Head : public Layer {
 
  private:
     ModelConfig cfg_;
-    size_t wt_, bt_, lnw_, lnb_, bias_, emb_;
+    size_t wt_, bt_, lnw_, lnb_, bias_, pw_, pb_, emb_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Sequence classifier: logits = W dropout(tanh(Wp h[:, 0] + bp)) + b, cross-entropy against the
+// label stored at each sequence's [CLS] position (targets[b*T]; kIgnore = unlabeled).
+class ClassifierHead : public Layer {
+ public:
+    ClassifierHead(const ModelConfig& cfg, int index) : Layer(index), cfg_(cfg) {
+        int C = cfg.hidden_size, L = cfg.num_labels;
+        pw_ = add_param("ernie.pooler.dense.weight", {C, C});
+        pb_ = add_param("ernie.pooler.dense.bias", {C}, false);
+        cw_ = add_param("classifier.weight", {L, C});
+        cb_ = add_param("classifier.bias", {L}, false);
+        for (ParamInfo& p : params_info) p.optional = true;   // a pre-trained encoder has no classifier yet
+        finish_params();
+    }
+    size_t out_numel(int, int) const override { return 1; }
+
+    // Stash fields: h = [CLS] rows (B, C), t = pooled, u = pooled after dropout, logits (B, L).
+    std::unique_ptr<Stash> forward(float* out, const float* in, const MicroBatch& mb, const RunOptions& opt) override {
+        int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
+        auto s = std::make_unique<HeadStash>();
+        s->buffers = {&s->h, &s->t, &s->u, &s->logits, &s->dlogits, &s->dt};
+        s->h.resize(size_t(B) * C);
+        for (int b = 0; b < B; b++) {
+            s->rows.push_back(b * mb.T), s->targets.push_back(mb.targets[size_t(b) * mb.T]);
+            std::copy(in + size_t(b) * mb.T * C, in + (size_t(b) * mb.T + 1) * C, s->h.begin() + size_t(b) * C);
+        }
+        s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);
+        std::vector<float> pre(size_t(B) * C);
+        linear_forward(pre.data(), s->h.data(), P(pw_), P(pb_), B, C, C);
+        ops::tanh_forward(s->t.data(), pre.data(), B * C);
+        ops::dropout_forward(s->u.data(), s->t.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
+        linear_forward(s->logits.data(), s->u.data(), P(cw_), P(cb_), B, C, L);
+        std::vector<float> losses(B);
+        ops::crossentropy_forward(losses.data(), s->logits.data(), s->targets.data(), B, L);
+        for (int b = 0; b < B; b++)
+            if (s->targets[b] != kIgnore) s->loss_sum += losses[b], s->num_targets++;
+        s->pooled = s->t;
+        out[0] = float(s->loss_sum);
+        return s;
+    }
+
+    void backward_input(float* din, const float*, Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
+        auto& s = static_cast<HeadStash&>(st);
+        int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
+        s.dlogits = zeros(size_t(B) * L);
+        ops::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets.data(), mb.loss_scale, B, L);
+        std::vector<float> du = zeros(size_t(B) * C), dp = zeros(size_t(B) * C);
+        linear_backward_input(du.data(), s.dlogits.data(), P(cw_), B, C, L);
+        ops::dropout_backward(dp.data(), du.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
+        s.dt = zeros(size_t(B) * C);   // gradient before tanh
+        ops::tanh_backward(s.dt.data(), s.t.data(), dp.data(), B * C);
+        std::vector<float> dh = zeros(size_t(B) * C);
+        linear_backward_input(dh.data(), s.dt.data(), P(pw_), B, C, C);
+        for (int b = 0; b < B; b++) ops::accumulate(din + size_t(b) * mb.T * C, dh.data() + size_t(b) * C, C);
+    }
+
+    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
+        auto& s = static_cast<HeadStash&>(st);
+        int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
+        linear_backward_weight(G(cw_), G(cb_), s.dlogits.data(), s.u.data(), B, C, L);
+        linear_backward_weight(G(pw_), G(pb_), s.dt.data(), s.h.data(), B, C, C);
+    }
+
+ private:
+    float p_hid(const RunOptions& o) const { return o.train ? o.hidden_dropout : 0.0f; }
+    ModelConfig cfg_;
+    size_t pw_, pb_, cw_, cb_;
 };
 
 }  // namespace
 
 int num_model_layers(const ModelConfig& cfg) { return cfg.num_hidden_layers + 2; }
 
+const ParamInfo* tied_param(const Layer& layer) {
+    for (const ParamInfo& p : layer.params_info)
+        if (p.tied) return &p;
+    return nullptr;
+}
+
 std::unique_ptr<Layer> make_layer(const ModelConfig& cfg, int index) {
     if (index == 0) return std::make_unique<Embedding>(cfg, index);
     if (index <= cfg.num_hidden_layers) return std::make_unique<Block>(cfg, index);
-    if (index == cfg.num_hidden_layers + 1) return std::make_unique<Head>(cfg, index);
+    if (index == cfg.num_hidden_layers + 1) {
+        if (cfg.num_labels > 0) return std::make_unique<ClassifierHead>(cfg, index);
+        return std::make_unique<Head>(cfg, index);
+    }
     throw std::out_of_range("layer index " + std::to_string(index) + " out of range");
 }
 
@@ -408,6 +501,7 @@ double layer_flops_per_token(const ModelConfig& cfg, int index, int T) {
     double C = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
     if (index == 0) return 10 * C;                                   // gathers + LayerNorm
     if (index <= cfg.num_hidden_layers) return 2 * (4 * C * C + 2 * C * I) + 4 * T * C;
+    if (cfg.num_labels > 0) return 2 * C * C / T;                    // one [CLS] row per sequence
     return 2 * (C * C + 0.15 * C * V);                               // MLM: ~15% of rows reach the vocab GEMM
 }
 

@@ -98,9 +98,13 @@ std::unique_ptr<Layer> make_layer(const ModelConfig& cfg, int index);
 // Rough forward cost of layer `index` per token in FLOPs (for partitioning by params/compute).
 double layer_flops_per_token(const ModelConfig& cfg, int index, int T);
 
-// Head internals exposed for eval / dumps: the logits of the last forward (rows as computed).
+// The parameter that mirrors another one (the head's copy of the word embedding), or null.
+const ParamInfo* tied_param(const Layer& layer);
+
+// Head internals exposed for eval / dumps: the logits of the last forward (rows as computed),
+// and the pooled [CLS] output tanh(Wp h[:, 0] + bp) of each sequence (eval only for MLM).
 struct HeadStash : Stash {
-    std::vector<float> h, t, u, z, mean, rstd, logits, dlogits, dz, dt;
+    std::vector<float> h, t, u, z, mean, rstd, logits, dlogits, dz, dt, pooled;
     std::vector<int32_t> rows, targets;   // which (b, t) rows were computed, and their targets
     double loss_sum = 0;
     int64_t num_targets = 0;

@@ -35,6 +35,7 @@ struct Setup {
     std::string model_dir;                      // --model, empty for a preset
     Objective objective = Objective::mlm;
     std::vector<std::vector<int32_t>> train;    // corpus sequences (empty with --inputs)
+    std::vector<Example> examples;              // --task classify: labeled sequences
     Batch fixed;                                // --inputs batch
     std::vector<Batch> eval;
     SpecialIds special;
@@ -106,6 +107,18 @@ Setup make_setup(const Args& a, bool training) {
             s.vocab = placeholder_vocab(s.cfg.vocab_size);
         }
     }
+    bool classify = a.str("--task", s.cfg.num_labels > 0 ? "classify" : "lm") == "classify";
+    if (a.has("--task") && a.str("--task") != "classify" && a.str("--task") != "lm")
+        throw std::runtime_error("--task: expected lm or classify, got \"" + a.str("--task") + "\"");
+    if (classify) {
+        int labels = int(a.integer("--labels", s.cfg.num_labels, 0, 1 << 20));
+        if (labels < 2) throw std::runtime_error("--labels: --task classify needs the number of classes (at least 2)");
+        if (s.cfg.num_labels > 0 && labels != s.cfg.num_labels)
+            throw std::runtime_error("--labels: the model has " + std::to_string(s.cfg.num_labels) + " labels, not " +
+                                     std::to_string(labels));
+        s.cfg.num_labels = labels;
+        if (!has_data) throw std::runtime_error("--data: --task classify reads a TSV (label<TAB>text_a)");
+    }
     if (a.has("--dropout")) {
         double p = a.real("--dropout", 0);
         if (!(p >= 0 && p < 1)) throw std::runtime_error("--dropout: expected a probability in [0, 1)");
@@ -116,7 +129,15 @@ Setup make_setup(const Args& a, bool training) {
                                  std::to_string(s.cfg.max_position_embeddings));
 
     const int eval_rows = 8;   // fixed, so that eval after training and eval of the saved model agree
-    if (has_data) {
+    if (classify) {
+        s.special = special_ids(*tok);
+        s.examples = load_tsv(a.str("--data"), *tok, s.T, s.cfg.num_labels);
+        std::string eval_path = a.str("--eval", training ? "" : a.str("--data"));
+        // Without --eval, training reports the accuracy on its own training set.
+        s.eval = make_classify_eval_batches(eval_path.empty() ? s.examples : load_tsv(eval_path, *tok, s.T, s.cfg.num_labels),
+                                            eval_rows, s.special.pad);
+        for (const Batch& b : s.eval) check_batch(b, s.cfg, eval_path.empty() ? a.str("--data") : eval_path);
+    } else if (has_data) {
         s.special = special_ids(*tok);
         Corpus c = load_corpus(a.str("--data"), *tok, s.T);
         s.train = std::move(c.train);
@@ -189,7 +210,7 @@ struct Optimizer {   // AdamW moments, one flat buffer per layer like the parame
 // Runs the steps for one rank (one thread). Everything shared is passed in `World`.
 struct World {
     const Setup* setup = nullptr;
-    int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1;
+    int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
     double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
     pp::Schedule schedule;
     std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
@@ -204,13 +225,14 @@ struct World {
 };
 
 void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
+    if (w.setup->cfg.num_labels > 0) return;   // a classifier has no decoder: nothing is tied
     int last = w.setup->cfg.num_hidden_layers + 1;
     Layer* emb = stage.layer(0);
     Layer* head = stage.layer(last);
     if (!emb && !head) return;
     size_t n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
     float* g_emb = emb ? emb->grads.data() + emb->params_info[0].offset : nullptr;   // word embedding first
-    float* g_head = head ? head->grads.data() + head->params_info.back().offset : nullptr;   // tied copy last
+    float* g_head = head ? head->grads.data() + tied_param(*head)->offset : nullptr;
     if (emb && head) {   // both on this rank
         ops::accumulate(g_emb, g_head, int(n));
         std::copy(g_emb, g_emb + n, g_head);
@@ -231,13 +253,14 @@ void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
 
 // After the update both copies must hold the same bits: the proof that tying is exact.
 void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
+    if (w.setup->cfg.num_labels > 0) return;
     int last = w.setup->cfg.num_hidden_layers + 1;
     Layer* emb = stage.layer(0);
     Layer* head = stage.layer(last);
     if (!emb && !head) return;
     size_t n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
     const float* p_emb = emb ? emb->params.data() + emb->params_info[0].offset : nullptr;
-    const float* p_head = head ? head->params.data() + head->params_info.back().offset : nullptr;
+    const float* p_head = head ? head->params.data() + tied_param(*head)->offset : nullptr;
     std::vector<float> other;
     if (!(emb && head)) {
         other.resize(n);
@@ -249,6 +272,8 @@ void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
     if (std::memcmp(p_emb, p_head, n * sizeof(float)) != 0)
         throw std::runtime_error("tied word embedding copies differ after the optimizer step");
 }
+
+std::vector<Layer*> replica_layers(World& w);
 
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
@@ -267,7 +292,9 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     auto t_start = Clock::now();
 
     for (int step = 0; step < w.steps; step++) {
-        Batch global = s.train.empty() ? s.fixed : make_batch(s.train, step, B, s.objective, s.special, s.seed);
+        Batch global = !s.examples.empty() ? make_classify_batch(s.examples, step, B, s.special.pad, s.seed)
+                       : s.train.empty()    ? s.fixed
+                                            : make_batch(s.train, step, B, s.objective, s.special, s.seed);
         Batch local = global.slice(d * rows_per_replica, rows_per_replica);
         int64_t targets = global.num_targets();
         stage.zero_grads();
@@ -335,6 +362,12 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
                         step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
                         human_time(elapsed / (step + 1) * (w.steps - step - 1)).c_str());
+            if (w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps) {
+                // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
+                EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
+                if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
+                else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
+            }
             std::fflush(stdout);
         }
         comm.barrier();
@@ -363,7 +396,15 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
         for (Layer* l : layers) {
             next.assign(l->out_numel(mb.B, mb.T), 0.0f);
             std::unique_ptr<Stash> s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
-            if (auto* hs = dynamic_cast<HeadStash*>(s.get())) r.loss_sum += hs->loss_sum, r.targets += hs->num_targets;
+            if (auto* hs = dynamic_cast<HeadStash*>(s.get())) {
+                r.loss_sum += hs->loss_sum, r.targets += hs->num_targets;
+                size_t n = hs->rows.size(), L = n ? hs->logits.size() / n : 0;
+                for (size_t i = 0; i < n; i++) {   // accuracy: argmax of each row against its target
+                    if (hs->targets[i] == kIgnore) continue;
+                    const float* row = hs->logits.data() + i * L;
+                    r.correct += int64_t(std::max_element(row, row + L) - row) == hs->targets[i];
+                }
+            }
             act.swap(next);
         }
     }
@@ -418,7 +459,8 @@ int train_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
                   "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
-                  "--warmup", "--clip", "--weight-decay", "--timeout"});
+                  "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
+                  "--eval-every"});
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
@@ -434,9 +476,11 @@ int train_main(const std::vector<std::string>& argv) {
     w.weight_decay = a.real("--weight-decay", 0.01);
     w.warmup = int(a.integer("--warmup", std::max(1, w.steps / 10), 1, 1 << 30));
     w.dump_grads = a.str("--dump-grads");
+    w.eval_every = int(a.integer("--eval-every", s.cfg.num_labels > 0 ? std::max(1, w.steps / 5) : 0, 0, 1 << 30));
     double timeout = a.real("--timeout", 120.0);
-    s.B = s.train.empty() ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
-    if (s.train.empty() && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
+    bool fixed = s.train.empty() && s.examples.empty();
+    s.B = fixed ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
+    if (fixed && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
         throw std::runtime_error("--batch: the --inputs file holds " + std::to_string(s.fixed.B) + " rows");
     if (s.B % (w.D * w.M) != 0)
         throw std::runtime_error("--batch: " + std::to_string(s.B) + " is not divisible by --dp × --micro-batches = " +
@@ -475,8 +519,9 @@ int train_main(const std::vector<std::string>& argv) {
         for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
     std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
                 s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
-                s.train.empty() ? ("fixed batch " + a.str("--inputs")).c_str()
-                                : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
+                !s.examples.empty() ? (std::to_string(s.examples.size()) + " labeled examples of " + std::to_string(s.T)).c_str()
+                : s.train.empty()   ? ("fixed batch " + a.str("--inputs")).c_str()
+                                    : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
     std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
                 sched_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
     for (int p = 0; p < w.P; p++) {
@@ -511,8 +556,13 @@ int train_main(const std::vector<std::string>& argv) {
     for (int p = 0; p < w.P; p++) std::printf(" %zu", w.stages[p]->peak_stash_bytes());
     std::printf("\n");
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
-    std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
-                w.steps, secs, w.last_loss, ev.loss(), std::exp(ev.loss()), (long long)ev.targets, out.c_str());
+    if (s.cfg.num_labels > 0)
+        std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g accuracy %.4f (%lld/%lld) | saved %s\n",
+                    w.steps, secs, w.last_loss, ev.loss(), ev.accuracy(), (long long)ev.correct, (long long)ev.targets,
+                    out.c_str());
+    else
+        std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
+                    w.steps, secs, w.last_loss, ev.loss(), std::exp(ev.loss()), (long long)ev.targets, out.c_str());
     return 0;
 }
 
@@ -520,6 +570,7 @@ int train_main(const std::vector<std::string>& argv) {
 
 int eval_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--data", "--inputs", "--objective", "--dump-logits", "--seq", "--seed", "--threads"});
+    // The task comes from the model: a config with labels is a classifier, evaluated on a TSV.
     ops::set_num_threads(int(a.integer("--threads", 1, 1, 256)));
     Setup s = make_setup(a, false);
     std::vector<std::unique_ptr<Layer>> owned;
@@ -527,24 +578,39 @@ int eval_main(const std::vector<std::string>& argv) {
     for (int i = 0; i < num_model_layers(s.cfg); i++) owned.push_back(make_layer(s.cfg, i)), layers.push_back(owned.back().get());
     load_weights(s.model_dir, layers);
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
-    std::printf("eval loss %.9g ppl %.3f (%lld targets)\n", ev.loss(), std::exp(ev.loss()), (long long)ev.targets);
+    if (s.cfg.num_labels > 0)
+        std::printf("eval loss %.9g accuracy %.4f (%lld/%lld)\n", ev.loss(), ev.accuracy(), (long long)ev.correct,
+                    (long long)ev.targets);
+    else
+        std::printf("eval loss %.9g ppl %.3f (%lld targets)\n", ev.loss(), std::exp(ev.loss()), (long long)ev.targets);
     if (a.has("--dump-logits")) {
-        // Hidden states and logits at every position of the first eval batch.
+        // The tensors of the fixtures' expected.safetensors, for the first eval batch:
+        // hidden_states.i (embedding output, then each block), last_hidden_state, pooled_output,
+        // the logits at every position and the loss (prefix causal_ with --objective causal).
         const Batch& b = s.eval[0];
         MicroBatch mb = b.rows(0, b.B);
         RunOptions opt;
         opt.train = false, opt.causal = s.objective == Objective::causal, opt.all_logits = true;
+        std::string pre = opt.causal ? "causal_" : "";
         std::vector<float> act, next;
         st::Writer w;
-        std::string prefix = opt.causal ? "causal_" : "";
+        int C = s.cfg.hidden_size;
         for (Layer* l : layers) {
             next.assign(l->out_numel(mb.B, mb.T), 0.0f);
             auto st = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
             if (auto* hs = dynamic_cast<HeadStash*>(st.get())) {
-                w.add_f32(prefix + "last_hidden_state", {b.B, b.T, s.cfg.hidden_size}, act.data());
-                w.add_f32(opt.causal ? "causal_logits" : "mlm_logits", {b.B, b.T, s.cfg.vocab_size}, hs->logits.data());
+                w.add_f32(pre + "last_hidden_state", {b.B, b.T, C}, act.data());
+                if (!hs->pooled.empty()) w.add_f32("pooled_output", {b.B, C}, hs->pooled.data());
                 float loss = hs->num_targets ? float(hs->loss_sum / double(hs->num_targets)) : 0.0f;
-                w.add_f32(opt.causal ? "causal_lm_loss" : "mlm_loss", {1}, &loss);
+                if (s.cfg.num_labels > 0) {
+                    w.add_f32("logits", {b.B, s.cfg.num_labels}, hs->logits.data());
+                    w.add_f32("loss", {1}, &loss);
+                } else {
+                    w.add_f32(opt.causal ? "causal_logits" : "mlm_logits", {b.B, b.T, s.cfg.vocab_size}, hs->logits.data());
+                    w.add_f32(opt.causal ? "causal_lm_loss" : "mlm_loss", {1}, &loss);
+                }
+            } else if (!opt.causal) {
+                w.add_f32("hidden_states." + std::to_string(l->index()), {b.B, b.T, C}, next.data());
             }
             act.swap(next);
         }

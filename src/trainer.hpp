@@ -13,11 +13,14 @@ int train_main(const std::vector<std::string>& args);
 int eval_main(const std::vector<std::string>& args);
 int schedule_main(const std::vector<std::string>& args);
 int partition_main(const std::vector<std::string>& args);
+int fill_mask_main(const std::vector<std::string>& args);   // src/infer.cpp
+int generate_main(const std::vector<std::string>& args);    // src/infer.cpp
 
 struct EvalResult {
     double loss_sum = 0;
-    int64_t targets = 0;
+    int64_t targets = 0, correct = 0;   // correct: argmax predictions equal to the target
     double loss() const { return targets ? loss_sum / double(targets) : 0.0; }
+    double accuracy() const { return targets ? double(correct) / double(targets) : 0.0; }
 };
 // Forward only (no dropout) through `layers` in model order, batch by batch.
 EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>& batches, bool causal);

@@ -58,7 +58,8 @@ struct Model {
     void sync_tied() {   // the head's decoder is the word embedding
         Layer& emb = *layers.front();
         Layer& head = *layers.back();
-        std::copy_n(emb.params.begin(), head.params_info.back().numel, head.params.begin() + head.params_info.back().offset);
+        if (!tied_param(head)) return;   // a classifier head has no decoder
+        std::copy_n(emb.params.begin(), tied_param(head)->numel, head.params.begin() + tied_param(head)->offset);
     }
     // Loss (mean over targets) in double, and optionally the gradients.
     double run(const Batch& b, const RunOptions& opt, bool backward) {
@@ -91,6 +92,9 @@ struct Model {
 void check_gradients(const ModelConfig& c, Objective obj, float dropout) {
     Model m(c);
     Batch b = small_batch(c, obj);
+    if (c.num_labels > 0)   // one label per sequence, at its [CLS] position
+        for (int r = 0; r < b.B; r++)
+            for (int t = 0; t < b.T; t++) b.targets[size_t(r) * b.T + t] = t == 0 ? r % c.num_labels : kIgnore;
     RunOptions opt;
     opt.train = dropout > 0, opt.causal = obj == Objective::causal, opt.seed = 5;
     opt.hidden_dropout = opt.attention_dropout = dropout;
@@ -110,7 +114,7 @@ void check_gradients(const ModelConfig& c, Objective obj, float dropout) {
             Layer& head = *m.layers.back();
             for (size_t i = 0; i < p.numel; i++) {
                 double g = l->grads[p.offset + i];
-                if (word) g += head.grads[head.params_info.back().offset + i];   // the tied sum
+                if (word && tied_param(head)) g += head.grads[tied_param(head)->offset + i];   // the tied sum
                 analytic += g * dir[i];
             }
             std::vector<float> saved(l->params.begin() + p.offset, l->params.begin() + p.offset + p.numel);
@@ -143,6 +147,13 @@ TEST_CASE("whole-model gradients match finite differences: causal, relu, no drop
 TEST_CASE("whole-model gradients match finite differences with dropout on (fixed masks)") {
     check_gradients(small_config("gelu"), Objective::mlm, 0.1f);
     check_gradients(small_config("gelu"), Objective::causal, 0.1f);
+}
+
+TEST_CASE("whole-model gradients match finite differences: sequence classifier with dropout") {
+    ModelConfig c = small_config("gelu");
+    c.num_labels = 3;
+    check_gradients(c, Objective::mlm, 0.0f);
+    check_gradients(c, Objective::mlm, 0.1f);
 }
 
 TEST_CASE("causal targets: t predicts t+1, none at the last real position or into padding") {

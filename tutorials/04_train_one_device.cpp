@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
         for (int mb = 0; mb < M; mb++) model.backward(mb, 0);   // ... then backwards, in increasing order
         // The word embedding is used twice (input and decoder): its gradient is the sum.
         float* g_emb = emb->grads.data();
-        float* g_head = head->grads.data() + head->params_info.back().offset;
+        float* g_head = head->grads.data() + tied_param(*head)->offset;
         ops::accumulate(g_emb, g_head, int(n_tied));
         std::copy(g_emb, g_emb + n_tied, g_head);
         double sumsq = 0;

@@ -1,0 +1,144 @@
+// src/infer.cpp — using a trained model: `pipetrain fill-mask` (MLM) and `pipetrain generate`
+// (a model trained with --objective causal). Plain forward passes through every layer on one
+// device; no key/value cache, which is fine for the small models of the labs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "src/args.hpp"
+#include "src/checkpoint.hpp"
+#include "src/data.hpp"
+#include "src/tokenizer.hpp"
+#include "src/trainer.hpp"
+
+namespace pt {
+
+namespace {
+
+struct LoadedModel {
+    ModelConfig cfg;
+    std::unique_ptr<Tokenizer> tok;
+    std::vector<std::unique_ptr<Layer>> owned;
+    std::vector<Layer*> layers;
+};
+
+LoadedModel load(const std::string& dir) {
+    LoadedModel m;
+    m.cfg = ModelConfig::from_json_file(dir + "/config.json");
+    if (m.cfg.num_labels > 0) throw std::runtime_error(dir + ": a classifier has no language-model head");
+    m.tok = std::make_unique<Tokenizer>(Tokenizer::from_file(dir + "/vocab.txt"));
+    if (int(m.tok->size()) > m.cfg.vocab_size)
+        throw std::runtime_error(dir + "/vocab.txt: more tokens than the model's vocab_size");
+    for (int i = 0; i < num_model_layers(m.cfg); i++) m.owned.push_back(make_layer(m.cfg, i)), m.layers.push_back(m.owned.back().get());
+    load_weights(dir, m.layers);
+    return m;
+}
+
+// Logits (T, V) of one sequence at every position.
+std::vector<float> logits_of(const LoadedModel& m, const std::vector<int32_t>& ids, bool causal) {
+    Batch b;
+    b.B = 1, b.T = int(ids.size());
+    if (b.T > m.cfg.max_position_embeddings) throw std::runtime_error("text longer than max_position_embeddings");
+    b.input_ids = ids;
+    b.token_type_ids.assign(ids.size(), 0), b.attention_mask.assign(ids.size(), 1), b.targets.assign(ids.size(), kIgnore);
+    MicroBatch mb = b.rows(0, 1);
+    RunOptions opt;
+    opt.train = false, opt.causal = causal, opt.all_logits = true;
+    std::vector<float> act, next;
+    for (Layer* l : m.layers) {
+        next.assign(l->out_numel(1, b.T), 0.0f);
+        auto s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
+        if (auto* hs = dynamic_cast<HeadStash*>(s.get())) return hs->logits;
+        act.swap(next);
+    }
+    throw std::logic_error("model without a head");
+}
+
+std::vector<double> softmax(const float* x, int V) {
+    double mx = *std::max_element(x, x + V), sum = 0;
+    std::vector<double> p(V);
+    for (int i = 0; i < V; i++) sum += p[i] = std::exp(double(x[i]) - mx);
+    for (double& v : p) v /= sum;
+    return p;
+}
+
+// Joins WordPiece tokens back into text: "##" pieces attach to the previous token, CJK
+// characters need no spaces, other words do.
+std::string detokenize(const std::vector<std::string>& pieces) {
+    std::string out;
+    for (const std::string& p : pieces) {
+        if (p.rfind("##", 0) == 0) out += p.substr(2);
+        else if (!out.empty() && (unsigned char)p[0] < 0x80 && (unsigned char)out.back() < 0x80) out += " " + p;
+        else out += p;
+    }
+    return out;
+}
+
+}  // namespace
+
+int fill_mask_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--top"});
+    if (a.positional().size() != 1) throw std::runtime_error("usage: pipetrain fill-mask --model DIR TEXT (TEXT holds [MASK])");
+    LoadedModel m = load(a.required("--model"));
+    int top = int(a.integer("--top", 5, 1, 100));
+    std::vector<int32_t> ids = {m.tok->cls_id()};
+    for (int32_t id : m.tok->encode(a.positional()[0])) ids.push_back(id);
+    ids.push_back(m.tok->sep_id());
+    std::vector<float> logits = logits_of(m, ids, false);
+    int V = m.cfg.vocab_size, n_masks = 0;
+    for (size_t t = 0; t < ids.size(); t++) {
+        if (ids[t] != m.tok->mask_id()) continue;
+        std::vector<double> p = softmax(logits.data() + t * V, V);
+        std::vector<int> order(V);
+        for (int i = 0; i < V; i++) order[i] = i;
+        std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int x, int y) { return p[x] > p[y]; });
+        std::printf("[MASK] %d (position %zu):", ++n_masks, t);
+        for (int i = 0; i < top; i++) {
+            int id = order[i];
+            std::string tok = id < int(m.tok->size()) ? m.tok->token(id) : "[id " + std::to_string(id) + "]";
+            std::printf("  %s %.4f", tok.c_str(), p[id]);
+        }
+        std::printf("\n");
+    }
+    if (n_masks == 0) throw std::runtime_error("TEXT: no [MASK] token in \"" + a.positional()[0] + "\"");
+    return 0;
+}
+
+int generate_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"});
+    LoadedModel m = load(a.required("--model"));
+    int n_new = int(a.integer("--tokens", 32, 1, 4096)), top_k = int(a.integer("--top-k", 8, 1, 1 << 20));
+    double temperature = a.real("--temperature", 0.8);
+    uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;
+    std::vector<int32_t> ids = {m.tok->cls_id()};
+    for (int32_t id : m.tok->encode(a.required("--prompt"))) ids.push_back(id);
+    std::vector<std::string> pieces;
+    for (size_t i = 1; i < ids.size(); i++) pieces.push_back(m.tok->token(ids[i]));
+    int V = m.cfg.vocab_size;
+    for (int k = 0; k < n_new && int(ids.size()) < m.cfg.max_position_embeddings; k++) {
+        std::vector<float> logits = logits_of(m, ids, true);
+        const float* last = logits.data() + (ids.size() - 1) * V;
+        std::vector<int> order(V);
+        for (int i = 0; i < V; i++) order[i] = i;
+        int K = std::min(top_k, V);
+        std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int x, int y) { return last[x] > last[y]; });
+        // Sample among the top K with temperature (0 = greedy), from a small xorshift generator.
+        std::vector<double> w(K);
+        double sum = 0;
+        for (int i = 0; i < K; i++) sum += w[i] = temperature > 0 ? std::exp((last[order[i]] - last[order[0]]) / temperature) : (i == 0);
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        double r = (state >> 11) * 0x1.0p-53 * sum;
+        int pick = 0;
+        while (pick + 1 < K && (r -= w[pick]) > 0) pick++;
+        int32_t id = order[pick];
+        if (id == m.tok->sep_id() || id == m.tok->pad_id()) break;
+        ids.push_back(id);
+        pieces.push_back(id < int(m.tok->size()) ? m.tok->token(id) : "[UNK]");
+    }
+    std::printf("%s\n", detokenize(pieces).c_str());
+    return 0;
+}
+
+}  // namespace pt

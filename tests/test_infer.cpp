@@ -1,0 +1,49 @@
+// Using trained models: fill-mask finds the masked character of a sentence the model has
+// learned, generate continues a learned sentence; bad input fails with one line.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "tests/cli_util.hpp"
+
+using namespace test;
+
+namespace {
+
+// A corpus of one sentence repeated: a tiny model learns it in a few dozen steps.
+std::string repeated_corpus() {
+    std::string path = temp_dir("corpus") + "/one_sentence.txt";
+    std::ofstream f(path);
+    for (int i = 0; i < 200; i++) f << "今天天气很好，我们去公园散步。\n";
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("fill-mask: a model trained on one sentence fills its mask") {
+    std::string data = repeated_corpus(), out = temp_dir("mlm");
+    Run r = run_cli("train --preset tiny --data " + data + " --out " + out +
+                    " --steps 60 --batch 16 --seq 16 --lr 3e-3 --dropout 0 --seed 3");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    Run f = run_cli("fill-mask --model " + out + " 今天天气[MASK]好");
+    REQUIRE_MESSAGE(f.code == 0, f.out);
+    CAPTURE(f.out);
+    CHECK(f.out.find("[MASK] 1 (position 5):  很 ") != std::string::npos);   // [CLS] 今 天 天 气 [MASK]
+    Run none = run_cli("fill-mask --model " + out + " 今天天气很好");
+    CHECK(none.code != 0);
+    CHECK(none.out.find("no [MASK]") != std::string::npos);
+}
+
+TEST_CASE("generate: a causal model continues the sentence it learned") {
+    std::string data = repeated_corpus(), out = temp_dir("causal");
+    Run r = run_cli("train --preset tiny --data " + data + " --out " + out +
+                    " --steps 60 --batch 16 --seq 16 --lr 3e-3 --dropout 0 --seed 3 --objective causal");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    Run g = run_cli("generate --model " + out + " --prompt 今天天气 --tokens 6 --temperature 0");
+    REQUIRE_MESSAGE(g.code == 0, g.out);
+    CHECK(g.out == "今天天气很好，我们去\n");
+    Run bad = run_cli("generate --model /no/such/model --prompt x");
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("/no/such/model") != std::string::npos);
+}

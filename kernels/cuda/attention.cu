@@ -1,0 +1,301 @@
+// kernels/cuda/attention.cu — multi-head scaled dot-product attention with padding and causal
+// masks and dropout on the probabilities, the semantics of kernels/cpu/attention.cpp: a masked
+// key gets exactly zero weight, a query that sees no key gets a zero output, and the dropout
+// draw of probability (b, h, i, j) is philox::uniform(key, ((b*NH + h)*T + i)*T + j).
+//
+//  v1 (attention_forward / attention_backward): unfused and obvious. Scores into att, softmax in
+//     place, then att @ v; the backward works from the stored att. This is what the model uses.
+//  v2 (attention_forward_flash): flash-style forward. Keys and values stream through shared
+//     memory in tiles of 32, each query keeps a running max and sum (online softmax), and the
+//     (T, T) matrix never exists; it stores the log-sum-exp per query instead.
+#include "kernels/cuda/ops_cuda.cuh"
+#include "kernels/philox.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace ops {
+namespace cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxSmemFloats = 48 * 1024 / 4;  // the default dynamic shared memory limit
+
+// The dropout factor of probability (bh, i, j): 1/(1-p) kept, 0 dropped, 1 without dropout.
+__device__ inline float keep_factor(float p, float s, const DropoutKey& key, int bh, int i, int j, int T) {
+    if (p == 0.0f) return 1.0f;
+    return philox::uniform(key, ((uint64_t)bh * T + i) * T + j) >= p ? s : 0.0f;
+}
+
+__device__ inline bool visible(const int32_t* mask, bool causal, int b, int i, int j, int T) {
+    return (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
+}
+
+// ---- v1 forward: three kernels, each one block (or warp) per query row (bh, i) ----
+
+// att[bh][i][j] = scale * q_i . k_j for visible keys, -inf for masked ones.
+__global__ void scores_kernel(float* att, const float* q, const float* k, const int32_t* mask,
+                              bool causal, int T, int NH, int HS, float scale) {
+    extern __shared__ float qi[];  // (HS)
+    const int i = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    for (int c = threadIdx.x; c < HS; c += blockDim.x) qi[c] = q[((size_t)b * T + i) * C + h * HS + c];
+    __syncthreads();
+    float* arow = att + ((size_t)bh * T + i) * T;  // (T)
+    for (int j = threadIdx.x; j < T; j += blockDim.x) {
+        float s = -INFINITY;
+        if (visible(mask, causal, b, i, j, T)) {
+            const float* kj = k + ((size_t)b * T + j) * C + h * HS;
+            float dot = 0.0f;
+            for (int c = 0; c < HS; c++) dot += qi[c] * kj[c];
+            s = dot * scale;
+        }
+        arow[j] = s;
+    }
+}
+
+// Softmax of each row in place, one warp per row; a row of -inf (no visible key) becomes zeros.
+__global__ void softmax_kernel(float* att, int64_t rows, int T) {
+    const int lane = threadIdx.x % 32;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows) return;
+    float* a = att + row * T;
+    float maxv = -INFINITY;
+    for (int j = lane; j < T; j += 32) maxv = fmaxf(maxv, a[j]);
+    maxv = warp_max(maxv);
+    if (maxv == -INFINITY) {
+        for (int j = lane; j < T; j += 32) a[j] = 0.0f;
+        return;
+    }
+    float sum = 0.0f;
+    for (int j = lane; j < T; j += 32) {
+        a[j] = a[j] == -INFINITY ? 0.0f : expf(a[j] - maxv);
+        sum += a[j];
+    }
+    const float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += 32) a[j] *= inv;
+}
+
+// out_i = sum_j att_ij * keep_ij * v_j: the row's weights go to shared memory first, so each
+// Philox draw happens once, then one thread per channel sums over j in order.
+__global__ void pv_kernel(float* out, const float* att, const float* v, float p, float s,
+                          DropoutKey key, int T, int NH, int HS) {
+    extern __shared__ float w[];  // (T)
+    const int i = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const float* arow = att + ((size_t)bh * T + i) * T;
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        w[j] = arow[j] == 0.0f ? 0.0f : arow[j] * keep_factor(p, s, key, bh, i, j, T);
+    __syncthreads();
+    for (int c = threadIdx.x; c < HS; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < T; j++)
+            if (w[j] != 0.0f) acc += w[j] * v[((size_t)b * T + j) * C + h * HS + c];
+        out[((size_t)b * T + i) * C + h * HS + c] = acc;
+    }
+}
+
+// ---- v1 backward ----
+
+// One row of dS, the gradient of the scores: with datt_ij = keep_ij (do_i . v_j),
+// dS_ij = att_ij (datt_ij - sum_j att_ij datt_ij) * scale. Masked entries (att 0) get 0.
+__global__ void dscores_kernel(float* dS, const float* dout, const float* att, const float* v,
+                               float p, float s, DropoutKey key, int T, int NH, int HS, float scale) {
+    extern __shared__ float doi[];  // (HS)
+    const int i = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    for (int c = threadIdx.x; c < HS; c += blockDim.x) doi[c] = dout[((size_t)b * T + i) * C + h * HS + c];
+    __syncthreads();
+    const float* arow = att + ((size_t)bh * T + i) * T;
+    float* drow = dS + ((size_t)bh * T + i) * T;
+    float part = 0.0f;
+    for (int j = threadIdx.x; j < T; j += blockDim.x) {
+        float datt = 0.0f;
+        const float a = arow[j];
+        const float m = a == 0.0f ? 0.0f : keep_factor(p, s, key, bh, i, j, T);
+        if (a * m != 0.0f) {
+            const float* vj = v + ((size_t)b * T + j) * C + h * HS;
+            float dot = 0.0f;
+            for (int c = 0; c < HS; c++) dot += doi[c] * vj[c];
+            datt = dot * m;
+        }
+        drow[j] = datt;
+        part += a * datt;
+    }
+    const float datt_dot_att = block_sum(part);
+    for (int j = threadIdx.x; j < T; j += blockDim.x)  // each thread rereads only its own j
+        drow[j] = arow[j] == 0.0f ? 0.0f : arow[j] * (drow[j] - datt_dot_att) * scale;
+}
+
+// dq_i += sum_j dS_ij k_j, one block per query row, j in increasing order.
+__global__ void dq_kernel(float* dq, const float* dS, const float* k, int T, int NH, int HS) {
+    const int i = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const float* drow = dS + ((size_t)bh * T + i) * T;
+    for (int c = threadIdx.x; c < HS; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < T; j++)
+            if (drow[j] != 0.0f) acc += drow[j] * k[((size_t)b * T + j) * C + h * HS + c];
+        dq[((size_t)b * T + i) * C + h * HS + c] += acc;
+    }
+}
+
+// dk_j += sum_i dS_ij q_i and dv_j += sum_i att_ij keep_ij do_i, one block per key row j,
+// i in increasing order (the CPU's order). Either output may be null.
+__global__ void dkdv_kernel(float* dk, float* dv, const float* dS, const float* att, const float* q,
+                            const float* dout, float p, float s, DropoutKey key, int T, int NH, int HS) {
+    extern __shared__ float col[];  // ds (T), then w (T)
+    float* ds = col;
+    float* w = col + T;
+    const int j = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    for (int i = threadIdx.x; i < T; i += blockDim.x) {
+        const float a = att[((size_t)bh * T + i) * T + j];
+        ds[i] = dk ? dS[((size_t)bh * T + i) * T + j] : 0.0f;
+        w[i] = a == 0.0f ? 0.0f : a * keep_factor(p, s, key, bh, i, j, T);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < HS; c += blockDim.x) {
+        float dka = 0.0f, dva = 0.0f;
+        for (int i = 0; i < T; i++) {
+            const size_t off = ((size_t)b * T + i) * C + h * HS + c;
+            if (ds[i] != 0.0f) dka += ds[i] * q[off];
+            if (w[i] != 0.0f) dva += w[i] * dout[off];
+        }
+        const size_t off = ((size_t)b * T + j) * C + h * HS + c;
+        if (dk) dk[off] += dka;
+        if (dv) dv[off] += dva;
+    }
+}
+
+// ---- v2: flash-style forward ----
+// A block holds 8 queries (one per warp) of one (b, h). Tiles of 32 keys (one per lane) and
+// their values are staged in shared memory; lane l scores key j0 + l, the warp updates its
+// running max m and sum l, rescales its output, and adds the tile's p_j v_j with lane l owning
+// channels l, l+32, ... HSP is HS rounded up to 32, 64 or 128 (zero-padded channels).
+constexpr int kFlashKeys = 32, kFlashQueries = 8;
+
+template <int HSP>
+__global__ void __launch_bounds__(32 * kFlashQueries)
+flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                     const int32_t* mask, bool causal, float p, float s, DropoutKey key,
+                     int T, int NH, int HS, float scale) {
+    constexpr int R = HSP / 32;  // channels per lane
+    __shared__ float qs[kFlashQueries][HSP];
+    __shared__ float ks[kFlashKeys][HSP + 1];  // +1: lanes read different rows, distinct banks
+    __shared__ float vs[kFlashKeys][HSP];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int i0 = blockIdx.x * kFlashQueries, i = i0 + warp;
+    const bool valid_q = i < T;
+    for (int d = lane; d < HSP; d += 32)
+        qs[warp][d] = valid_q && d < HS ? q[((size_t)b * T + i) * C + h * HS + d] : 0.0f;
+    float o[R] = {};
+    float m = -INFINITY, l = 0.0f;
+    const int kend = causal ? min(T, i0 + kFlashQueries) : T;  // later keys are masked for all 8
+    for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
+        __syncthreads();  // everyone is done with the previous tile (and qs is written)
+        for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
+            const int r = idx / HSP, d = idx % HSP, j = j0 + r;
+            const bool in = j < T && d < HS;
+            const size_t off = ((size_t)b * T + j) * C + h * HS + d;
+            ks[r][d] = in ? k[off] : 0.0f;
+            vs[r][d] = in ? v[off] : 0.0f;
+        }
+        __syncthreads();
+        const int j = j0 + lane;
+        const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);
+        float score = -INFINITY;
+        if (vis) {
+            float dot = 0.0f;
+            for (int d = 0; d < HSP; d++) dot += qs[warp][d] * ks[lane][d];
+            score = dot * scale;
+        }
+        const float tile_max = warp_max(score);
+        if (tile_max == -INFINITY) continue;  // this query sees no key of this tile
+        const float m_new = fmaxf(m, tile_max);
+        const float corr = expf(m - m_new);  // 0 on the first visible tile, where m = -inf
+        const float pj = vis ? expf(score - m_new) : 0.0f;
+        l = l * corr + warp_sum(pj);
+        const float wj = vis ? pj * keep_factor(p, s, key, bh, i, j, T) : 0.0f;
+        for (int r = 0; r < R; r++) o[r] *= corr;
+        for (int jj = 0; jj < kFlashKeys; jj++) {
+            const float w = __shfl_sync(0xffffffffu, wj, jj);
+            for (int r = 0; r < R; r++) o[r] += w * vs[jj][lane + 32 * r];
+        }
+        m = m_new;
+    }
+    if (!valid_q) return;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // l == 0: no visible key, zero output
+    for (int r = 0; r < R; r++)
+        if (lane + 32 * r < HS) out[((size_t)b * T + i) * C + h * HS + lane + 32 * r] = o[r] * inv;
+    if (lane == 0) lse[(size_t)bh * T + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+void check_smem(int floats, const char* fn, int T) {
+    if (floats > kMaxSmemFloats)
+        throw std::runtime_error(std::string(fn) + " (CUDA v1): sequence length T = " + std::to_string(T) +
+                                 " needs more than 48 KiB of shared memory per block");
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                       const int32_t* mask, bool causal, float p, const DropoutKey& key,
+                       int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
+    check_smem(T, "attention_forward", T);
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const dim3 grid(T, B * NH);  // one block per query row (i, bh)
+    scores_kernel<<<grid, kThreads, sizeof(float) * HS, stream>>>(att, q, k, mask, causal, T, NH, HS, scale);
+    CUDA_CHECK_LAST();
+    const int64_t rows = (int64_t)B * NH * T;
+    softmax_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(att, rows, T);
+    CUDA_CHECK_LAST();
+    pv_kernel<<<grid, kThreads, sizeof(float) * T, stream>>>(out, att, v, p, s, key, T, NH, HS);
+    CUDA_CHECK_LAST();
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
+                        const float* q, const float* k, const float* v, float p,
+                        const DropoutKey& key, int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || (!dq && !dk && !dv)) return;
+    check_smem(2 * T, "attention_backward", T);
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const dim3 grid(T, B * NH);
+    float* dS = nullptr;  // (B, NH, T, T) scratch: the gradient of the scores
+    if (dq || dk) {
+        CUDA_CHECK(cudaMallocAsync(&dS, sizeof(float) * (size_t)B * NH * T * T, stream));
+        dscores_kernel<<<grid, kThreads, sizeof(float) * HS, stream>>>(dS, dout, att, v, p, s, key, T, NH, HS, scale);
+        CUDA_CHECK_LAST();
+    }
+    if (dq) {
+        dq_kernel<<<grid, kThreads, 0, stream>>>(dq, dS, k, T, NH, HS);
+        CUDA_CHECK_LAST();
+    }
+    if (dk || dv) {
+        dkdv_kernel<<<grid, kThreads, sizeof(float) * 2 * T, stream>>>(dk, dv, dS, att, q, dout, p, s, key, T, NH, HS);
+        CUDA_CHECK_LAST();
+    }
+    if (dS) CUDA_CHECK(cudaFreeAsync(dS, stream));
+}
+
+void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const int32_t* mask, bool causal, float p, const DropoutKey& key,
+                             int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
+    if (HS > 128)
+        throw std::runtime_error("attention_forward_flash: head size HS = " + std::to_string(HS) +
+                                 " is not supported (at most 128)");
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const dim3 grid(ceil_div(T, kFlashQueries), B * NH), block(32 * kFlashQueries);
+    if (HS <= 32)
+        flash_forward_kernel<32><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+    else if (HS <= 64)
+        flash_forward_kernel<64><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+    else
+        flash_forward_kernel<128><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+    CUDA_CHECK_LAST();
+}
+
+}  // namespace cuda
+}  // namespace ops

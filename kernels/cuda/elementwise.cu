@@ -1,0 +1,145 @@
+// kernels/cuda/elementwise.cu — activations, elementwise helpers and the embedding lookup:
+// one thread per element, the formulas of kernels/cpu/activations.cpp and embedding.cpp.
+#include "kernels/cuda/ops_cuda.cuh"
+
+namespace ops {
+namespace cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * kInvSqrt2));
+}
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+    dinp[i] += (cdf + x * pdf) * dout[i];
+}
+__global__ void relu_forward_kernel(float* out, const float* inp, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+__global__ void relu_backward_kernel(float* dinp, const float* inp, const float* dout, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+__global__ void tanh_forward_kernel(float* out, const float* inp, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = tanhf(inp[i]);
+}
+__global__ void tanh_backward_kernel(float* dinp, const float* out, const float* dout, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) dinp[i] += (1.0f - out[i] * out[i]) * dout[i];
+}
+__global__ void add_kernel(float* out, const float* a, const float* b, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = a[i] + b[i];
+}
+__global__ void accumulate_kernel(float* out, const float* inp, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] += inp[i];
+}
+__global__ void scale_kernel(float* x, float s, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) x[i] *= s;
+}
+
+// out[n][c] += table[ids[n]][c], one thread per (n, c).
+__global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int N, int C) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)N * C) return;
+    const int n = (int)(i / C), c = (int)(i % C);
+    out[i] += table[(size_t)ids[n] * C + c];
+}
+
+// One block per row n. Only the block of the FIRST row with a given id works: it sums dout over
+// all rows with that id in increasing n, then adds the sum to the table row once. That is the
+// CPU's order exactly (same bits), and every table row is written by one block only.
+__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids, int N, int C) {
+    const int n = blockIdx.x, id = ids[n];
+    int seen_before = 0;
+    for (int m = threadIdx.x; m < n; m += blockDim.x) seen_before |= ids[m] == id;
+    if (__syncthreads_or(seen_before)) return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int m = n; m < N; m++)
+            if (ids[m] == id) sum += dout[(size_t)m * C + c];
+        dtable[(size_t)id * C + c] += sum;
+    }
+}
+
+int blocks(int N) { return ceil_div(N, kThreads); }
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    gelu_forward_kernel<<<blocks(N), kThreads, 0, stream>>>(out, inp, N);
+    CUDA_CHECK_LAST();
+}
+void gelu_backward(float* dinp, const float* inp, const float* dout, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    gelu_backward_kernel<<<blocks(N), kThreads, 0, stream>>>(dinp, inp, dout, N);
+    CUDA_CHECK_LAST();
+}
+void relu_forward(float* out, const float* inp, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    relu_forward_kernel<<<blocks(N), kThreads, 0, stream>>>(out, inp, N);
+    CUDA_CHECK_LAST();
+}
+void relu_backward(float* dinp, const float* inp, const float* dout, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    relu_backward_kernel<<<blocks(N), kThreads, 0, stream>>>(dinp, inp, dout, N);
+    CUDA_CHECK_LAST();
+}
+void tanh_forward(float* out, const float* inp, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    tanh_forward_kernel<<<blocks(N), kThreads, 0, stream>>>(out, inp, N);
+    CUDA_CHECK_LAST();
+}
+void tanh_backward(float* dinp, const float* out, const float* dout, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    tanh_backward_kernel<<<blocks(N), kThreads, 0, stream>>>(dinp, out, dout, N);
+    CUDA_CHECK_LAST();
+}
+void add_forward(float* out, const float* a, const float* b, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    add_kernel<<<blocks(N), kThreads, 0, stream>>>(out, a, b, N);
+    CUDA_CHECK_LAST();
+}
+void accumulate(float* out, const float* inp, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    accumulate_kernel<<<blocks(N), kThreads, 0, stream>>>(out, inp, N);
+    CUDA_CHECK_LAST();
+}
+void scale(float* x, float s, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    scale_kernel<<<blocks(N), kThreads, 0, stream>>>(x, s, N);
+    CUDA_CHECK_LAST();
+}
+
+void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C,
+                       cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    embedding_forward_kernel<<<(unsigned)ceil_div<int64_t>((int64_t)N * C, kThreads), kThreads, 0, stream>>>(
+        out, ids, table, N, C);
+    CUDA_CHECK_LAST();
+}
+
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C,
+                        cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    embedding_backward_kernel<<<N, kThreads, 0, stream>>>(dtable, dout, ids, N, C);
+    CUDA_CHECK_LAST();
+}
+
+}  // namespace cuda
+}  // namespace ops

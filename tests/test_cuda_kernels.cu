@@ -1,0 +1,450 @@
+// tests/test_cuda_kernels.cu — every CUDA kernel (kernels/cuda/) against its CPU specification
+// (kernels/cpu/) on random inputs of awkward shapes (1, 17, 63, 130, 257: never a multiple of a
+// tile), outputs filled with NaN before each call so an unwritten element fails, fp32 rel. L2
+// error < 1e-5 (bf16 < 1e-2), dropout masks and the embedding gradient identical bit for bit,
+// and two runs of every reduction giving the same bits. Without a GPU every case says
+// "skipped: no CUDA device"; the Philox header test needs no GPU and always runs.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "kernels/cuda/ops_cuda.cuh"
+#include "kernels/ops.hpp"
+#include "kernels/philox.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+using Vec = std::vector<float>;
+using Ids = std::vector<int32_t>;
+
+bool have_device() {
+    static const bool yes = [] {
+        int n = 0;
+        return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    }();
+    return yes;
+}
+
+#define REQUIRE_DEVICE()                          \
+    if (!have_device()) {                         \
+        MESSAGE("skipped: no CUDA device");       \
+        return;                                   \
+    }
+
+// A device array with its host twin's size; NaN-poisoned by poison() (0xFF bytes are a NaN).
+template <typename T>
+struct DevBuf {
+    T* p = nullptr;
+    size_t n = 0;
+    explicit DevBuf(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&p, sizeof(T) * (n ? n : 1))); }
+    explicit DevBuf(const std::vector<T>& v) : DevBuf(v.size()) { upload(v); }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
+    ~DevBuf() { cudaFree(p); }
+    void upload(const std::vector<T>& v) {
+        CUDA_CHECK(cudaMemcpy(p, v.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+    }
+    void poison() { CUDA_CHECK(cudaMemset(p, 0xFF, sizeof(T) * n)); }
+    std::vector<T> get() const {
+        CUDA_CHECK(cudaDeviceSynchronize());  // surfaces errors raised inside kernels
+        std::vector<T> v(n);
+        CUDA_CHECK(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+        return v;
+    }
+};
+
+Vec random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    Vec v(n);
+    for (float& x : v) x = dist(gen);
+    return v;
+}
+
+// ||a - ref|| / ||ref|| in float64; NaN anywhere gives NaN, which fails every `< tol` check.
+double rel_l2(const Vec& a, const Vec& ref) {
+    REQUIRE(a.size() == ref.size());
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+bool same_bits(const Vec& a, const Vec& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr double kTolF32 = 1e-5, kTolBF16 = 1e-2;
+
+}  // namespace
+
+TEST_CASE("philox header: host copy equals ops::philox_uniform (no GPU needed)") {
+    for (uint64_t seed : {0ull, 42ull, 0x123456789abcdefull})
+        for (uint32_t site : {0u, 3u, 255u}) {
+            ops::DropoutKey key;
+            key.seed = seed, key.step = 7, key.microbatch = 3, key.layer = 11, key.site = site;
+            for (uint64_t i : {0ull, 1ull, 2ull, 1000003ull, (1ull << 32) - 1, 1ull << 32, (1ull << 40) + 5}) {
+                CHECK(ops::philox::uniform(key, i) == ops::philox_uniform(key, i));
+            }
+        }
+}
+
+TEST_CASE("gemm: every version vs the CPU, awkward shapes, all transposes, poisoned C") {
+    REQUIRE_DEVICE();
+    using Fn = void (*)(float*, const float*, const float*, const float*, int, int, int, bool, bool,
+                        float, float, cudaStream_t);
+    struct Version { const char* name; Fn fn; double tol; };
+    const Version versions[] = {{"v1_naive", ops::cuda::gemm_v1_naive, kTolF32},
+                                {"v2_smem_tiles", ops::cuda::gemm_v2_smem_tiles, kTolF32},
+                                {"v3_register_tiles", ops::cuda::gemm_v3_register_tiles, kTolF32},
+                                {"v4_bf16_mma", ops::cuda::gemm_v4_bf16_mma, kTolBF16},
+                                {"gemm", ops::cuda::gemm, kTolF32}};
+    struct Shape { int M, N, K; };
+    // Multiples of 4 too, so v3's float4 path runs alongside the scalar one.
+    const Shape shapes[] = {{1, 1, 1}, {17, 63, 130}, {130, 257, 17}, {63, 1, 257},
+                            {257, 130, 63}, {128, 96, 64}, {260, 132, 36}};
+    uint32_t seed = 1;
+    for (const Shape& s : shapes)
+        for (int tr = 0; tr < 4; tr++)
+            for (int with_beta = 0; with_beta < 2; with_beta++) {
+                const bool transA = tr & 1, transB = tr & 2;
+                const float alpha = 0.75f, beta = with_beta ? 0.5f : 0.0f;
+                const Vec A = random_vec((size_t)s.M * s.K, seed++), B = random_vec((size_t)s.K * s.N, seed++);
+                const Vec bias = random_vec(s.N, seed++), C0 = random_vec((size_t)s.M * s.N, seed++);
+                Vec ref = C0;
+                ops::gemm_naive(ref.data(), A.data(), B.data(), with_beta ? bias.data() : nullptr,
+                                s.M, s.N, s.K, transA, transB, alpha, beta);
+                DevBuf<float> dA(A), dB(B), dbias(bias), dC(C0);
+                for (const Version& v : versions) {
+                    CAPTURE(v.name);
+                    CAPTURE(s.M); CAPTURE(s.N); CAPTURE(s.K); CAPTURE(transA); CAPTURE(transB); CAPTURE(beta);
+                    if (beta == 0.0f) dC.poison(); else dC.upload(C0);
+                    v.fn(dC.p, dA.p, dB.p, with_beta ? dbias.p : nullptr, s.M, s.N, s.K, transA, transB,
+                         alpha, beta, 0);
+                    CHECK(rel_l2(dC.get(), ref) < v.tol);
+                }
+            }
+}
+
+TEST_CASE("gemm: same bits on two runs; bias_backward vs the CPU") {
+    REQUIRE_DEVICE();
+    const int M = 257, N = 130, K = 63;
+    DevBuf<float> dA(random_vec(M * K, 1)), dB(random_vec(K * N, 2)), dC(M * N);
+    for (auto fn : {ops::cuda::gemm_v3_register_tiles, ops::cuda::gemm_v4_bf16_mma}) {
+        fn(dC.p, dA.p, dB.p, nullptr, M, N, K, false, true, 1.0f, 0.0f, 0);
+        const Vec first = dC.get();
+        dC.poison();
+        fn(dC.p, dA.p, dB.p, nullptr, M, N, K, false, true, 1.0f, 0.0f, 0);
+        CHECK(same_bits(first, dC.get()));
+    }
+    for (int OC : {1, 130, 257}) {
+        CAPTURE(OC);
+        const Vec dout = random_vec((size_t)M * OC, 3), db0 = random_vec(OC, 4);
+        Vec ref = db0;
+        ops::bias_backward(ref.data(), dout.data(), M, OC);
+        DevBuf<float> ddout(dout), ddb(db0);
+        ops::cuda::bias_backward(ddb.p, ddout.p, M, OC);
+        CHECK(rel_l2(ddb.get(), ref) < kTolF32);
+    }
+}
+
+TEST_CASE("layernorm forward and backward vs the CPU (null gradients skip their half)") {
+    REQUIRE_DEVICE();
+    for (int C : {1, 26, 130, 769}) {
+        const int N = 37;
+        CAPTURE(C);
+        const Vec x = random_vec((size_t)N * C, 1, -2.0f, 3.0f), w = random_vec(C, 2), b = random_vec(C, 3);
+        Vec out(N * C), mean(N), rstd(N);
+        ops::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+        DevBuf<float> dx(x), dw(w), db(b), dout_(N * C), dmean(N), drstd(N);
+        dout_.poison(), dmean.poison(), drstd.poison();
+        ops::cuda::layernorm_forward(dout_.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C, 1e-5f);
+        CHECK(rel_l2(dout_.get(), out) < kTolF32);
+        CHECK(rel_l2(dmean.get(), mean) < kTolF32);
+        CHECK(rel_l2(drstd.get(), rstd) < kTolF32);
+
+        const Vec dy = random_vec((size_t)N * C, 4), g0 = random_vec((size_t)N * C, 5), gw0 = random_vec(C, 6),
+                  gb0 = random_vec(C, 7);
+        for (int which = 0; which < 3; which++) {  // all, dinp only, dweight + dbias only
+            CAPTURE(which);
+            Vec gx = g0, gw = gw0, gb = gb0;
+            const bool want_x = which != 2, want_p = which != 1;
+            ops::layernorm_backward(want_x ? gx.data() : nullptr, want_p ? gw.data() : nullptr,
+                                    want_p ? gb.data() : nullptr, dy.data(), x.data(), w.data(),
+                                    mean.data(), rstd.data(), N, C);
+            DevBuf<float> ddy(dy), dgx(g0), dgw(gw0), dgb(gb0), dm(mean), dr(rstd);
+            ops::cuda::layernorm_backward(want_x ? dgx.p : nullptr, want_p ? dgw.p : nullptr,
+                                          want_p ? dgb.p : nullptr, ddy.p, dx.p, dw.p, dm.p, dr.p, N, C);
+            CHECK(rel_l2(dgx.get(), gx) < kTolF32);
+            CHECK(rel_l2(dgw.get(), gw) < kTolF32);
+            CHECK(rel_l2(dgb.get(), gb) < kTolF32);
+        }
+    }
+}
+
+TEST_CASE("activations and elementwise helpers vs the CPU") {
+    REQUIRE_DEVICE();
+    for (int N : {1, 17, 100003}) {
+        CAPTURE(N);
+        const Vec x = random_vec(N, 1, -4.0f, 4.0f), y = random_vec(N, 2), g0 = random_vec(N, 3);
+        DevBuf<float> dx(x), dy(y), dout(N);
+        using Fwd = void (*)(float*, const float*, int);
+        using Bwd = void (*)(float*, const float*, const float*, int);
+        using FwdC = void (*)(float*, const float*, int, cudaStream_t);
+        using BwdC = void (*)(float*, const float*, const float*, int, cudaStream_t);
+        struct Act { const char* name; Fwd f; FwdC fc; Bwd b; BwdC bc; };
+        const Act acts[] = {{"gelu", ops::gelu_forward, ops::cuda::gelu_forward, ops::gelu_backward, ops::cuda::gelu_backward},
+                            {"relu", ops::relu_forward, ops::cuda::relu_forward, ops::relu_backward, ops::cuda::relu_backward},
+                            {"tanh", ops::tanh_forward, ops::cuda::tanh_forward, ops::tanh_backward, ops::cuda::tanh_backward}};
+        for (const Act& a : acts) {
+            CAPTURE(a.name);
+            Vec out(N);
+            a.f(out.data(), x.data(), N);
+            dout.poison();
+            a.fc(dout.p, dx.p, N, 0);
+            CHECK(rel_l2(dout.get(), out) < kTolF32);
+            Vec g = g0;
+            a.b(g.data(), x.data(), y.data(), N);  // tanh's second argument is its output: any values do
+            DevBuf<float> dg(g0);
+            a.bc(dg.p, dx.p, dy.p, N, 0);
+            CHECK(rel_l2(dg.get(), g) < kTolF32);
+        }
+        Vec sum(N), acc = g0, scaled = x;
+        ops::add_forward(sum.data(), x.data(), y.data(), N);
+        ops::accumulate(acc.data(), x.data(), N);
+        ops::scale(scaled.data(), 0.3f, N);
+        dout.poison();
+        ops::cuda::add_forward(dout.p, dx.p, dy.p, N);
+        CHECK(same_bits(dout.get(), sum));
+        DevBuf<float> dacc(g0);
+        ops::cuda::accumulate(dacc.p, dx.p, N);
+        CHECK(same_bits(dacc.get(), acc));
+        ops::cuda::scale(dx.p, 0.3f, N);
+        CHECK(same_bits(dx.get(), scaled));
+    }
+}
+
+TEST_CASE("embedding forward and backward: the backward has the CPU's bits exactly") {
+    REQUIRE_DEVICE();
+    const int N = 257, C = 130, V = 17;  // few ids, many repeats
+    Ids ids(N);
+    std::mt19937 gen(5);
+    for (auto& id : ids) id = (int32_t)(gen() % V);
+    const Vec table = random_vec((size_t)V * C, 1), out0 = random_vec((size_t)N * C, 2),
+              dout = random_vec((size_t)N * C, 3), dt0 = random_vec((size_t)V * C, 4);
+    Vec out = out0, dt = dt0;
+    ops::embedding_forward(out.data(), ids.data(), table.data(), N, C);
+    ops::embedding_backward(dt.data(), dout.data(), ids.data(), N, C);
+    DevBuf<int32_t> dids(ids);
+    DevBuf<float> dtable(table), dout_(out0), ddout(dout), ddt(dt0);
+    ops::cuda::embedding_forward(dout_.p, dids.p, dtable.p, N, C);
+    CHECK(same_bits(dout_.get(), out));
+    ops::cuda::embedding_backward(ddt.p, ddout.p, dids.p, N, C);
+    CHECK(same_bits(ddt.get(), dt));
+}
+
+TEST_CASE("dropout: the GPU draws the CPU's mask, bit for bit") {
+    REQUIRE_DEVICE();
+    const int N = 100003;
+    const Vec x = random_vec(N, 1), g0 = random_vec(N, 2);
+    ops::DropoutKey key;
+    key.seed = 1234, key.step = 3, key.microbatch = 2, key.layer = 5, key.site = 1;
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+        CAPTURE(p);
+        Vec out(N), g = g0;
+        ops::dropout_forward(out.data(), x.data(), p, key, N);
+        ops::dropout_backward(g.data(), x.data(), p, key, N);
+        DevBuf<float> dx(x), dout(N), dg(g0);
+        dout.poison();
+        ops::cuda::dropout_forward(dout.p, dx.p, p, key, N);
+        CHECK(same_bits(dout.get(), out));
+        ops::cuda::dropout_backward(dg.p, dx.p, p, key, N);
+        CHECK(same_bits(dg.get(), g));
+        ops::cuda::dropout_forward(dx.p, dx.p, p, key, N);  // in place
+        CHECK(same_bits(dx.get(), out));
+    }
+}
+
+TEST_CASE("cross-entropy forward and backward vs the CPU, ignore_index rows untouched") {
+    REQUIRE_DEVICE();
+    for (int V : {1, 63, 5003}) {
+        const int N = 17;
+        CAPTURE(V);
+        const Vec logits = random_vec((size_t)N * V, 1, -5.0f, 5.0f), g0 = random_vec((size_t)N * V, 2);
+        Ids targets(N);
+        for (int n = 0; n < N; n++) targets[n] = n % 4 == 1 ? -100 : (int32_t)((n * 7919) % V);
+        Vec losses(N), g = g0;
+        ops::crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+        ops::crossentropy_backward(g.data(), logits.data(), targets.data(), 0.37f, N, V);
+        DevBuf<float> dl(logits), dloss(N), dg(g0);
+        DevBuf<int32_t> dt(targets);
+        dloss.poison();
+        ops::cuda::crossentropy_forward(dloss.p, dl.p, dt.p, N, V);
+        const Vec got = dloss.get();
+        CHECK(rel_l2(got, losses) < kTolF32);
+        ops::cuda::crossentropy_backward(dg.p, dl.p, dt.p, 0.37f, N, V);
+        const Vec gg = dg.get();
+        CHECK(rel_l2(gg, g) < kTolF32);
+        for (int n = 1; n < N; n += 4) {  // ignored rows: loss 0, gradient rows not touched
+            CHECK(got[n] == 0.0f);
+            CHECK(std::memcmp(&gg[(size_t)n * V], &g0[(size_t)n * V], sizeof(float) * V) == 0);
+        }
+    }
+}
+
+TEST_CASE("adamw_update and sum_squares vs the CPU; sum_squares has fixed bits") {
+    REQUIRE_DEVICE();
+    const int64_t N = 100003;
+    const Vec p0 = random_vec(N, 1), m0 = random_vec(N, 2, -0.1f, 0.1f), v0 = random_vec(N, 3, 0.0f, 0.1f),
+              g = random_vec(N, 4);
+    for (int t : {1, 7}) {
+        CAPTURE(t);
+        Vec p = p0, m = m0, v = v0;
+        ops::adamw_update(p.data(), m.data(), v.data(), g.data(), N, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t);
+        DevBuf<float> dp(p0), dm(m0), dv(v0), dg(g);
+        ops::cuda::adamw_update(dp.p, dm.p, dv.p, dg.p, N, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, t);
+        CHECK(rel_l2(dp.get(), p) < kTolF32);
+        CHECK(rel_l2(dm.get(), m) < kTolF32);
+        CHECK(rel_l2(dv.get(), v) < kTolF32);
+    }
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(3 * 16384 + 17), N}) {
+        CAPTURE(n);
+        DevBuf<float> dg(g);
+        const double ref = ops::sum_squares(g.data(), n);
+        const double a = ops::cuda::sum_squares(dg.p, n), b = ops::cuda::sum_squares(dg.p, n);
+        CHECK(std::fabs(a - ref) <= 1e-12 * std::fabs(ref));
+        CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+    }
+}
+
+namespace {
+
+struct AttnCase { int B, T, NH, HS; bool causal, padded; float p; };
+
+// Random q, k, v and a padding mask whose last batch row is all padding (queries that see no
+// key) and whose other rows end in a few padding tokens.
+struct AttnInputs {
+    Vec q, k, v;
+    Ids mask;
+    AttnInputs(const AttnCase& c, uint32_t seed) {
+        const size_t n = (size_t)c.B * c.T * c.NH * c.HS;
+        q = random_vec(n, seed, -2.0f, 2.0f), k = random_vec(n, seed + 1, -2.0f, 2.0f), v = random_vec(n, seed + 2);
+        mask.assign((size_t)c.B * c.T, 1);
+        for (int b = 0; b < c.B; b++)
+            for (int t = 0; t < c.T; t++)
+                if (b == c.B - 1 || t >= c.T - (b + 1) * c.T / 5) mask[(size_t)b * c.T + t] = 0;
+    }
+};
+
+ops::DropoutKey attn_key() {
+    ops::DropoutKey key;
+    key.seed = 99, key.step = 1, key.microbatch = 4, key.layer = 2, key.site = 0;
+    return key;
+}
+
+}  // namespace
+
+TEST_CASE("attention v1: forward and backward vs the CPU (masks, causal, dropout, null grads)") {
+    REQUIRE_DEVICE();
+    const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f}, {2, 17, 3, 26, false, true, 0.0f},
+                              {2, 63, 2, 32, true, true, 0.2f}, {3, 130, 2, 64, false, true, 0.1f},
+                              {1, 63, 1, 128, true, false, 0.0f}};
+    const ops::DropoutKey key = attn_key();
+    uint32_t seed = 10;
+    for (const AttnCase& c : cases) {
+        CAPTURE(c.T); CAPTURE(c.HS); CAPTURE(c.causal); CAPTURE(c.padded); CAPTURE(c.p);
+        const AttnInputs in(c, seed += 3);
+        const int32_t* mask = c.padded ? in.mask.data() : nullptr;
+        const size_t n = in.q.size(), natt = (size_t)c.B * c.NH * c.T * c.T;
+        Vec out(n), att(natt);
+        ops::attention_forward(out.data(), att.data(), in.q.data(), in.k.data(), in.v.data(), mask,
+                               c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        DevBuf<float> dq(in.q), dk(in.k), dv(in.v), dout(n), datt(natt);
+        DevBuf<int32_t> dmask(in.mask);
+        dout.poison(), datt.poison();
+        ops::cuda::attention_forward(dout.p, datt.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr,
+                                     c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(rel_l2(dout.get(), out) < kTolF32);
+        CHECK(rel_l2(datt.get(), att) < kTolF32);
+
+        const Vec dy = random_vec(n, seed + 100), g0 = random_vec(n, seed + 101);
+        for (int which = 0; which < 3; which++) {  // all, dq only, dk + dv only
+            CAPTURE(which);
+            const bool want_q = which != 2, want_kv = which != 1;
+            Vec gq = g0, gk = g0, gv = g0;
+            ops::attention_backward(want_q ? gq.data() : nullptr, want_kv ? gk.data() : nullptr,
+                                    want_kv ? gv.data() : nullptr, dy.data(), att.data(), in.q.data(),
+                                    in.k.data(), in.v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+            DevBuf<float> ddy(dy), dgq(g0), dgk(g0), dgv(g0), dA(att);
+            ops::cuda::attention_backward(want_q ? dgq.p : nullptr, want_kv ? dgk.p : nullptr,
+                                          want_kv ? dgv.p : nullptr, ddy.p, dA.p, dq.p, dk.p, dv.p,
+                                          c.p, key, c.B, c.T, c.NH, c.HS);
+            CHECK(rel_l2(dgq.get(), gq) < kTolF32);
+            CHECK(rel_l2(dgk.get(), gk) < kTolF32);
+            CHECK(rel_l2(dgv.get(), gv) < kTolF32);
+        }
+    }
+}
+
+TEST_CASE("attention v2 (flash forward) vs the CPU output and an independent log-sum-exp") {
+    REQUIRE_DEVICE();
+    const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f}, {2, 17, 3, 26, true, true, 0.0f},
+                              {2, 63, 2, 32, false, true, 0.2f}, {2, 130, 2, 64, true, true, 0.1f},
+                              {1, 257, 2, 128, false, false, 0.0f}, {3, 63, 1, 100, true, true, 0.0f}};
+    const ops::DropoutKey key = attn_key();
+    uint32_t seed = 50;
+    for (const AttnCase& c : cases) {
+        CAPTURE(c.T); CAPTURE(c.HS); CAPTURE(c.causal); CAPTURE(c.padded); CAPTURE(c.p);
+        const AttnInputs in(c, seed += 3);
+        const int32_t* mask = c.padded ? in.mask.data() : nullptr;
+        const size_t n = in.q.size(), rows = (size_t)c.B * c.NH * c.T;
+        Vec out(n), att(rows * c.T);
+        ops::attention_forward(out.data(), att.data(), in.q.data(), in.k.data(), in.v.data(), mask,
+                               c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        // Reference log-sum-exp of the visible scores, in float64 straight from q and k.
+        Vec lse(rows);
+        const int C = c.NH * c.HS;
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.NH; h++)
+                for (int i = 0; i < c.T; i++) {
+                    std::vector<double> s;
+                    for (int j = 0; j < c.T; j++) {
+                        if ((mask && !mask[b * c.T + j]) || (c.causal && j > i)) continue;
+                        double d = 0.0;
+                        for (int e = 0; e < c.HS; e++)
+                            d += (double)in.q[((size_t)b * c.T + i) * C + h * c.HS + e] *
+                                 in.k[((size_t)b * c.T + j) * C + h * c.HS + e];
+                        s.push_back(d / std::sqrt((double)c.HS));
+                    }
+                    double mx = -INFINITY, sum = 0.0;
+                    for (double x : s) mx = std::max(mx, x);
+                    for (double x : s) sum += std::exp(x - mx);
+                    lse[((size_t)b * c.NH + h) * c.T + i] = s.empty() ? -INFINITY : (float)(mx + std::log(sum));
+                }
+        DevBuf<float> dq(in.q), dk(in.k), dv(in.v), dout(n), dlse(rows);
+        DevBuf<int32_t> dmask(in.mask);
+        dout.poison(), dlse.poison();
+        ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr,
+                                           c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        const Vec got = dout.get(), glse = dlse.get();
+        CHECK(rel_l2(got, out) < kTolF32);
+        Vec lse_fin, glse_fin;  // -inf (no visible key) must match exactly; the rest closely
+        bool inf_match = true;
+        for (size_t r = 0; r < rows; r++) {
+            if (std::isinf(lse[r])) inf_match &= std::isinf(glse[r]) && glse[r] < 0;
+            else lse_fin.push_back(lse[r]), glse_fin.push_back(glse[r]);
+        }
+        CHECK(inf_match);
+        CHECK(rel_l2(glse_fin, lse_fin) < kTolF32);
+        dout.poison();  // determinism: the same bits again
+        ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr,
+                                           c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(same_bits(dout.get(), got));
+    }
+}

@@ -1,15 +1,151 @@
 #include "src/checkpoint.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
-#include "src/safetensors.hpp"
+#include <nlohmann/json.hpp>
+
+#include "src/tokenizer.hpp"
 
 namespace pt {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const char* const kWordEmbedding = "ernie.embeddings.word_embeddings.weight";
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// Hugging Face ↔ PaddleNLP renames, as name prefixes. `linear`: a Linear layer, whose weight
+// PaddleNLP stores as [in, out].
+struct Rename {
+    const char* hf;
+    const char* paddle;
+    bool linear;
+};
+// After "ernie.encoder.layer.N." (HF) / "ernie.encoder.layers.N." (Paddle).
+const Rename kLayerRenames[] = {
+    {"attention.self.query.", "self_attn.q_proj.", true},   {"attention.self.key.", "self_attn.k_proj.", true},
+    {"attention.self.value.", "self_attn.v_proj.", true},   {"attention.output.dense.", "self_attn.out_proj.", true},
+    {"attention.output.LayerNorm.", "norm1.", false},       {"intermediate.dense.", "linear1.", true},
+    {"output.dense.", "linear2.", true},                    {"output.LayerNorm.", "norm2.", false},
+};
+const Rename kTopRenames[] = {
+    {"ernie.embeddings.LayerNorm.", "ernie.embeddings.layer_norm.", false},
+    {"ernie.pooler.dense.", "ernie.pooler.dense.", true},   // same name, different layout: the pitfall
+    {"cls.predictions.transform.dense.", "cls.predictions.transform.", true},
+    {"cls.predictions.transform.LayerNorm.", "cls.predictions.layer_norm.", false},
+    {"cls.predictions.bias", "cls.predictions.decoder_bias", false},
+    {"classifier.", "classifier.", true},
+};
+
+std::string rename(const std::string& name, bool to_hf, bool* linear) {
+    *linear = false;
+    const std::string from_layer = to_hf ? "ernie.encoder.layers." : "ernie.encoder.layer.";
+    const std::string to_layer = to_hf ? "ernie.encoder.layer." : "ernie.encoder.layers.";
+    std::string head, rest = name;
+    const Rename* rules = kTopRenames;
+    size_t n = std::size(kTopRenames);
+    if (starts_with(name, from_layer)) {
+        size_t dot = name.find('.', from_layer.size());
+        if (dot == std::string::npos) return name;
+        head = to_layer + name.substr(from_layer.size(), dot + 1 - from_layer.size());
+        rest = name.substr(dot + 1);
+        rules = kLayerRenames, n = std::size(kLayerRenames);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char* from = to_hf ? rules[i].paddle : rules[i].hf;
+        if (starts_with(rest, from)) {
+            *linear = rules[i].linear;
+            return head + (to_hf ? rules[i].hf : rules[i].paddle) + rest.substr(std::strlen(from));
+        }
+    }
+    return head + rest;   // unknown: kept, and reported as unexpected if the model has no such name
+}
+
+// Name fragments only one convention uses. A checkpoint is Paddle if it has any of the first.
+const char* const kPaddleMarks[] = {"encoder.layers.", ".self_attn.", "embeddings.layer_norm.",
+                                    "cls.predictions.layer_norm.", "cls.predictions.decoder_bias"};
+const char* const kHfMarks[] = {"encoder.layer.", ".attention.self.", "embeddings.LayerNorm.",
+                                "cls.predictions.transform.dense.", "cls.predictions.transform.LayerNorm."};
+
+Checkpoint index_tensors(const std::string& path, std::vector<st::File> files) {
+    Checkpoint c;
+    c.path = path;
+    c.files = std::move(files);
+    std::string hf, paddle;   // the first name of each convention
+    for (const st::File& f : c.files)
+        for (const st::TensorInfo& t : f.tensors) {
+            for (const char* m : kHfMarks)
+                if (hf.empty() && t.name.find(m) != std::string::npos) hf = t.name;
+            for (const char* m : kPaddleMarks)
+                if (paddle.empty() && t.name.find(m) != std::string::npos) paddle = t.name;
+        }
+    if (!hf.empty() && !paddle.empty())
+        throw std::runtime_error(path + ": mixes Hugging Face names (" + hf + ") and PaddleNLP names (" + paddle +
+                                 "); a checkpoint must use one convention");
+    c.convention = paddle.empty() ? "hf" : "paddle";
+    for (size_t i = 0; i < c.files.size(); i++)
+        for (const st::TensorInfo& t : c.files[i].tensors) {
+            bool transpose = false;
+            std::string m = to_model_name(t.name, !paddle.empty(), &transpose);
+            if (m.empty()) c.ignored.push_back(t.name);
+            else c.by_model_name[m].push_back({int(i), t.name, transpose});
+        }
+    return c;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error(path + ": cannot open");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) throw std::runtime_error(path + ": read failed");
+    return ss.str();
+}
+
+std::vector<int64_t> reversed(std::vector<int64_t> v) {
+    std::reverse(v.begin(), v.end());
+    return v;
+}
+
+bool is_float(const std::string& dtype) {
+    return dtype == "F32" || dtype == "F64" || dtype == "F16" || dtype == "BF16";
+}
+
+// A source tensor as float32 in the model's layout ([out, in] for Linear weights).
+std::vector<float> read_source(const Checkpoint& c, const Checkpoint::Source& s) {
+    const st::File& f = c.files[s.file];
+    std::vector<float> v = f.to_f32(s.name);
+    if (!s.transpose) return v;
+    const std::vector<int64_t>& shape = f.find(s.name)->shape;   // [in, out], checked to be 2-D
+    size_t I = size_t(shape[0]), O = size_t(shape[1]);
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < I; i++)
+        for (size_t o = 0; o < O; o++) out[o * I + i] = v[i * O + o];
+    return out;
+}
+
+std::string join(const std::vector<std::string>& names, size_t max_names) {
+    std::string s;
+    for (size_t i = 0; i < names.size() && i < max_names; i++) s += (i ? ", " : "") + names[i];
+    if (names.size() > max_names) s += ", ... (" + std::to_string(names.size()) + " in all)";
+    return s;
+}
+
+}  // namespace
 
 std::string shape_str(const std::vector<int64_t>& shape) {
     std::string s = "[";
@@ -17,48 +153,219 @@ std::string shape_str(const std::vector<int64_t>& shape) {
     return s + "]";
 }
 
+std::string to_model_name(const std::string& file_name, bool paddle, bool* transpose) {
+    *transpose = false;
+    if (ends_with(file_name, "position_ids")) return "";   // a buffer (0..max_pos-1), not a parameter
+    std::string n = file_name;
+    for (const char* bare : {"embeddings.", "encoder.", "pooler."})   // a bare ErnieModel's state dict
+        if (starts_with(n, bare)) n = "ernie." + n;
+    if (ends_with(n, ".gamma")) n = n.substr(0, n.size() - 6) + ".weight";   // old LayerNorm names
+    if (ends_with(n, ".beta")) n = n.substr(0, n.size() - 5) + ".bias";
+    // The decoder is tied to the word embedding: a stored copy is an alias that must equal it.
+    if (n == "cls.predictions.decoder.weight" || n == "cls.predictions.decoder_weight") return kWordEmbedding;
+    if (n == "cls.predictions.decoder.bias") return "cls.predictions.bias";
+    if (!paddle) return n;
+    bool linear = false;
+    n = rename(n, true, &linear);
+    *transpose = linear && ends_with(n, ".weight");
+    return n;
+}
+
+std::string to_file_name(const std::string& model_name, bool paddle, bool* transpose) {
+    *transpose = false;
+    if (!paddle) return model_name;
+    bool linear = false;
+    std::string n = rename(model_name, false, &linear);
+    *transpose = linear && ends_with(n, ".weight");
+    return n;
+}
+
+Checkpoint open_checkpoint_file(const std::string& path) { return index_tensors(path, {st::read(path)}); }
+
+Checkpoint open_checkpoint(const std::string& dir) {
+    if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": not a model directory");
+    std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
+    if (fs::exists(single)) return open_checkpoint_file(single);
+    if (!fs::exists(index)) {
+        bool pdparams = fs::exists(dir + "/model_state.pdparams");
+        throw std::runtime_error(dir + ": no model.safetensors or model.safetensors.index.json" +
+                                 (pdparams ? std::string(" (model_state.pdparams: convert it with "
+                                                         "scripts/convert_checkpoint.py)")
+                                           : std::string()));
+    }
+    // Hugging Face's sharded layout: {"metadata": {...}, "weight_map": {tensor: shard file}}.
+    json j = json::parse(read_text(index), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
+        j["weight_map"].empty())
+        throw std::runtime_error(index + ": expected a JSON object with a non-empty \"weight_map\": "
+                                 "{tensor: shard file}");
+    std::map<std::string, std::string> where;
+    std::vector<std::string> shards;
+    for (const auto& [name, v] : j["weight_map"].items()) {
+        if (!v.is_string()) throw std::runtime_error(index + ": weight_map[\"" + name + "\"] must be a file name");
+        std::string shard = v.get<std::string>();
+        if (shard.empty() || shard == "." || shard == ".." || shard.find_first_of("/\\") != std::string::npos)
+            throw std::runtime_error(index + ": shard \"" + shard + "\" of " + name +
+                                     " must be a file name in the same directory");
+        where[name] = shard;
+        if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+    }
+    std::sort(shards.begin(), shards.end());
+    std::vector<st::File> files;
+    for (const std::string& shard : shards) {
+        std::string path = dir + "/" + shard;
+        if (!fs::exists(path)) throw std::runtime_error(index + ": shard " + shard + " not found in " + dir);
+        files.push_back(st::read(path));
+    }
+    for (size_t i = 0; i < files.size(); i++)
+        for (const st::TensorInfo& t : files[i].tensors) {
+            auto it = where.find(t.name);
+            if (it == where.end())
+                throw std::runtime_error(files[i].path + ": holds tensor " + t.name + ", which " + index +
+                                         " does not list");
+            if (it->second != shards[i])
+                throw std::runtime_error(files[i].path + ": holds tensor " + t.name + ", but " + index +
+                                         " puts it in " + it->second);
+        }
+    for (const auto& [name, shard] : where) {
+        size_t i = size_t(std::find(shards.begin(), shards.end(), shard) - shards.begin());
+        if (!files[i].find(name))
+            throw std::runtime_error(index + ": lists tensor " + name + " in " + shard + ", which does not hold it");
+    }
+    return index_tensors(index, std::move(files));
+}
+
+std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict) {
+    std::vector<Problem> out;
+    auto error = [&](const std::string& msg) { out.push_back({Problem::error, msg}); };
+    bool paddle = c.convention == "paddle", has_embedding = false;
+    std::set<std::string> used;
+    std::vector<std::string> kept;
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            std::string m = p.tied ? kWordEmbedding : p.name;
+            has_embedding |= p.name == kWordEmbedding;
+            if (!used.insert(m).second) continue;   // the tied copy: checked with the word embedding
+            bool transpose = false;
+            std::string file_name = to_file_name(m, paddle, &transpose);
+            auto it = c.by_model_name.find(m);
+            if (it == c.by_model_name.end()) {
+                if (p.optional) kept.push_back(file_name);
+                else error(c.path + ": missing tensor " + file_name + " (expected shape " +
+                           shape_str(transpose ? reversed(p.shape) : p.shape) + ")");
+                continue;
+            }
+            const std::vector<Checkpoint::Source>& sources = it->second;
+            size_t errors = out.size();
+            for (const Checkpoint::Source& s : sources) {
+                const st::File& f = c.files[s.file];
+                const st::TensorInfo& t = *f.find(s.name);
+                std::vector<int64_t> want = s.transpose ? reversed(p.shape) : p.shape;
+                if (!is_float(t.dtype))
+                    error(f.path + ": tensor " + s.name + " has dtype " + t.dtype + ", expected F32 (F64, F16, BF16)");
+                else if (t.shape != want)
+                    error(f.path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " +
+                          shape_str(want) + (s.transpose ? " (PaddleNLP [in, out] layout)" : ""));
+            }
+            if (out.size() > errors || sources.size() < 2) continue;
+            // Aliases (a stored decoder, weight and gamma side by side) must hold the same numbers.
+            std::vector<float> first = read_source(c, sources[0]);
+            for (size_t k = 1; k < sources.size(); k++)
+                if (read_source(c, sources[k]) != first)
+                    error(c.files[sources[k].file].path + ": " + sources[k].name + " differs from " + sources[0].name +
+                          ", though both are " + m + (m == kWordEmbedding ? " (the decoder is tied to it)" : ""));
+        }
+    std::vector<std::string> unexpected;
+    for (const st::File& f : c.files)
+        for (const st::TensorInfo& t : f.tensors) {
+            bool transpose = false;
+            std::string m = to_model_name(t.name, paddle, &transpose);
+            if (m.empty() || used.count(m)) continue;
+            // Not a mere leftover: ignoring a task embedding changes every output.
+            if (has_embedding && m == "ernie.embeddings.task_type_embeddings.weight")
+                error(f.path + ": holds " + t.name + " but the config has use_task_id false (it would be ignored)");
+            else unexpected.push_back(t.name);
+        }
+    if (!unexpected.empty())
+        out.push_back({strict ? Problem::error : Problem::warning,
+                       c.path + ": unexpected tensors, not used by the model: " + join(unexpected, 8)});
+    if (!kept.empty())
+        out.push_back({Problem::note, c.path + ": no " + join(kept, 8) + "; keeping their initial values"});
+    return out;
+}
+
+void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict) {
+    Checkpoint c = open_checkpoint(dir);
+    std::vector<Problem> problems = check_checkpoint(c, layers, strict);
+    size_t errors = 0;
+    for (const Problem& p : problems) errors += p.kind == Problem::error;
+    for (const Problem& p : problems)
+        if (p.kind == Problem::error)
+            throw std::runtime_error(p.message + (errors > 1 ? " (and " + std::to_string(errors - 1) +
+                                                                   " more problems: pipetrain inspect " + dir + ")"
+                                                             : ""));
+    for (const Problem& p : problems)
+        std::cerr << (p.kind == Problem::warning ? "warning: " : "note: ") << p.message << "\n";
+    for (Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            auto it = c.by_model_name.find(p.tied ? kWordEmbedding : p.name);
+            if (it == c.by_model_name.end()) continue;   // optional: keeps its initial values
+            std::vector<float> v = read_source(c, it->second[0]);
+            std::copy(v.begin(), v.end(), l->params.begin() + long(p.offset));
+        }
+}
+
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
-                    const std::vector<Layer*>& layers) {
+                    const std::vector<Layer*>& layers, const std::string& format) {
+    if (format != "hf" && format != "paddle")
+        throw std::runtime_error("--format: expected hf or paddle, got \"" + format + "\"");
+    bool paddle = format == "paddle";
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
     st::Writer w;
-    w.metadata["format"] = "pt";
-    for (Layer* l : layers)
-        for (const ParamInfo& p : l->params_info)
-            if (!p.tied) w.add_f32(p.name, p.shape, l->params.data() + p.offset);
+    w.metadata["format"] = paddle ? "np" : "pt";   // what PaddleNLP's and transformers' writers put there
+    std::vector<float> t;
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            if (p.tied) continue;
+            bool transpose = false;
+            std::string name = to_file_name(p.name, paddle, &transpose);
+            const float* src = l->params.data() + p.offset;
+            if (!transpose) {
+                w.add_f32(name, p.shape, src);
+                continue;
+            }
+            size_t O = size_t(p.shape[0]), I = size_t(p.shape[1]);   // [out, in] → [in, out]
+            t.resize(O * I);
+            for (size_t o = 0; o < O; o++)
+                for (size_t i = 0; i < I; i++) t[i * O + o] = src[o * I + i];
+            w.add_f32(name, reversed(p.shape), t.data());
+        }
     std::string vocab;
-    for (const std::string& t : vocab_lines) vocab += t + "\n";
+    for (const std::string& tok : vocab_lines) vocab += tok + "\n";
     st::write_file_atomic(dir + "/config.json", cfg.to_json_string());
     st::write_file_atomic(dir + "/vocab.txt", vocab);
     w.write(dir + "/model.safetensors");
 }
 
-void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict) {
-    std::string path = dir + "/model.safetensors";
-    st::File f = st::read(path);
-    std::set<std::string> used;
-    for (Layer* l : layers)
-        for (const ParamInfo& p : l->params_info) {
-            // The decoder is tied to the word embedding unless the file stores its own copy.
-            std::string name = p.tied && !f.find(p.name) ? "ernie.embeddings.word_embeddings.weight" : p.name;
-            const st::TensorInfo* t = f.find(name);
-            if (!t) throw std::runtime_error(path + ": missing tensor " + name + " (expected " + shape_str(p.shape) + ")");
-            if (t->shape != p.shape)
-                throw std::runtime_error(path + ": tensor " + name + " has shape " + shape_str(t->shape) +
-                                         ", expected " + shape_str(p.shape));
-            std::vector<float> v = f.to_f32(name);
-            std::copy(v.begin(), v.end(), l->params.begin() + p.offset);
-            used.insert(name);
-        }
-    std::string unexpected;
-    for (const st::TensorInfo& t : f.tensors)
-        if (!used.count(t.name) && t.name.find("position_ids") == std::string::npos)
-            unexpected += (unexpected.empty() ? "" : ", ") + t.name;
-    if (!unexpected.empty()) {
-        if (strict) throw std::runtime_error(path + ": unexpected tensors: " + unexpected);
-        std::cerr << "warning: " << path << ": ignoring tensors the model does not use: " << unexpected << "\n";
-    }
+ModelConfig load_model_config(const std::string& dir) {
+    if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": not a model directory");
+    for (const char* name : {"config.json", "model_config.json"})
+        if (fs::exists(dir + "/" + name)) return ModelConfig::from_json_file(dir + "/" + name);
+    throw std::runtime_error(dir + ": no config.json (or PaddleNLP model_config.json)");
+}
+
+std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg) {
+    std::string path = dir + "/vocab.txt";
+    if (!fs::exists(path)) return {};
+    Tokenizer tok = Tokenizer::from_file(path);
+    if (tok.size() > size_t(cfg.vocab_size))
+        throw std::runtime_error(path + ": " + std::to_string(tok.size()) + " tokens but the model's vocab_size is " +
+                                 std::to_string(cfg.vocab_size) + " (more tokens than embedding rows)");
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
+    return lines;
 }
 
 }  // namespace pt

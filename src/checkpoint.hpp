@@ -1,24 +1,80 @@
-// src/checkpoint.hpp — model directories in the Hugging Face layout:
-// config.json + vocab.txt + model.safetensors (ErnieForMaskedLM names, Linear weights [out, in]).
+// src/checkpoint.hpp — model directories: config.json (or PaddleNLP's model_config.json) +
+// vocab.txt + weights, as model.safetensors or as shards listed by model.safetensors.index.json.
+//
+// Two naming conventions are read and written (the model itself uses Hugging Face names):
+//   hf     ErnieForMaskedLM names, Linear weights [out, in], LayerNorm weight/bias or gamma/beta;
+//   paddle PaddleNLP names (encoder.layers.N.self_attn.q_proj, linear1, norm1, ...), every Linear
+//          weight [in, out] — transposed on load and on save.
+// The convention is decided once per checkpoint from its encoder names, never per tensor:
+// ernie.pooler.dense.weight has the same name and a square shape in both.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
 #include "src/config.hpp"
 #include "src/model.hpp"
+#include "src/safetensors.hpp"
 
 namespace pt {
 
 // Writes config.json, vocab.txt and model.safetensors into dir (created if needed). Each file
 // is replaced atomically; the tied copy of the word embedding is not written (it is tied).
+// format "hf" (Hugging Face names) or "paddle" (PaddleNLP names, Linear weights [in, out];
+// config.json keeps the Hugging Face keys, which PaddleNLP's ErnieConfig reads as well).
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
-                    const std::vector<Layer*>& layers);
+                    const std::vector<Layer*>& layers, const std::string& format = "hf");
 
-// Fills the parameters of `layers` from dir/model.safetensors. A missing or mis-shaped tensor
+// Fills the parameters of `layers` from the checkpoint in dir. A missing or mis-shaped tensor
 // is a one-line error naming it with the expected and found shapes; unexpected tensors are
-// listed on stderr as a warning (an error when strict).
+// listed on stderr as a warning (an error when strict). Missing optional parameters keep their
+// values (one note line on stderr).
 void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false);
 
+// dir/config.json, else dir/model_config.json (PaddleNLP).
+ModelConfig load_model_config(const std::string& dir);
+// dir/vocab.txt as token lines ([UNK] required). Fewer lines than vocab_size is fine (ERNIE 3.0
+// has 39,980 for 40,000 rows); more is an error. Empty if the file does not exist.
+std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg);
+
+// ---- the pieces, for `pipetrain inspect` and tests -------------------------------------------
+
+// A checkpoint's tensors and where each one goes in the model.
+struct Checkpoint {
+    std::string path;                 // model.safetensors or the index: names the checkpoint in errors
+    std::string convention;           // "hf" or "paddle"
+    std::vector<st::File> files;      // one, or the shards in index order
+    struct Source {
+        int file;                     // index into files
+        std::string name;             // name in the file
+        bool transpose;               // Paddle Linear weight: [in, out] in the file
+    };
+    std::map<std::string, std::vector<Source>> by_model_name;   // several: aliases (tied decoder)
+    std::vector<std::string> ignored;                           // position_ids buffers
+};
+
+// Reads and validates the weight files of dir: a missing shard, a tensor in another shard than
+// the index says, or names mixing both conventions is a one-line error.
+Checkpoint open_checkpoint(const std::string& dir);
+// The same for one .safetensors file.
+Checkpoint open_checkpoint_file(const std::string& path);
+
+// The model name of a tensor name in a checkpoint of that convention ("" = ignored), and
+// whether its data is transposed. And back: the name a model parameter is saved under.
+std::string to_model_name(const std::string& file_name, bool paddle, bool* transpose);
+std::string to_file_name(const std::string& model_name, bool paddle, bool* transpose);
+
+// Every problem loading `ckpt` into `layers` would hit, in model order: errors first-class,
+// warnings (unexpected tensors; errors when strict) and notes (optional parameters kept).
+struct Problem {
+    enum Kind { error, warning, note } kind;
+    std::string message;
+};
+std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict);
+
 std::string shape_str(const std::vector<int64_t>& shape);   // "[3, 16]"
+
+// `pipetrain inspect FILE.safetensors | DIR [--strict]`
+int inspect_main(const std::vector<std::string>& args);
 
 }  // namespace pt

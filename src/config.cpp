@@ -24,13 +24,52 @@ void ModelConfig::check(const std::string& source) const {
     if (use_task_id && task_type_vocab_size <= 0) bad("use_task_id needs task_type_vocab_size > 0");
     if (pad_token_id < 0 || pad_token_id >= vocab_size) bad("pad_token_id out of range");
     if (!(layer_norm_eps > 0)) bad("layer_norm_eps must be > 0");
+    if (num_labels < 0 || num_labels == 1) bad("num_labels must be 0 (no classifier) or at least 2");
     for (float p : {hidden_dropout_prob, attention_probs_dropout_prob})
         if (!(p >= 0 && p < 1)) bad("dropout probabilities must be in [0, 1)");
 }
 
+namespace {
+
+// PaddleNLP <= 2.4 wrote model_config.json as the constructor call that built the model:
+// {"init_args": [{...ErnieModel's arguments..., "init_class": "ErnieModel"}], "init_class":
+// "ErnieForMaskedLM", "num_classes": 2}. Flattens it; an outer key wins over an inner one.
+json flatten_init_args(const json& j, const std::string& source) {
+    json flat = json::object();
+    for (const json* cur = &j; cur && cur->is_object();) {
+        for (const auto& [k, v] : cur->items())
+            if (k != "init_args" && k != "init_class" && !flat.contains(k)) flat[k] = v;
+        if (!cur->contains("init_args")) break;
+        const json& args = (*cur)["init_args"];
+        if (!args.is_array()) throw std::runtime_error(source + ": \"init_args\" must be a list");
+        cur = !args.empty() && args[0].is_object() ? &args[0] : nullptr;
+    }
+    // Those files hold only the arguments given to ErnieModel(...); the rest are that one
+    // class's fixed defaults. Its init_weights set every LayerNorm epsilon to 1e-12, and it
+    // had task ids off unless asked.
+    const json defaults = {{"hidden_size", 768}, {"num_hidden_layers", 12}, {"num_attention_heads", 12},
+                           {"intermediate_size", 3072}, {"hidden_act", "gelu"}, {"max_position_embeddings", 512},
+                           {"type_vocab_size", 2}, {"task_type_vocab_size", 3}, {"use_task_id", false},
+                           {"layer_norm_eps", 1e-12}};
+    for (const auto& [k, v] : defaults.items())
+        if (!flat.contains(k)) flat[k] = v;
+    return flat;
+}
+
+}  // namespace
+
+// Keys are Hugging Face's; PaddleNLP's config.json uses the same names. Defaults, and why:
+// - shape keys (sizes, hidden_act) are required, as before;
+// - use_task_id is required: Hugging Face defaults it to false, PaddleNLP's ErnieConfig to true;
+// - layer_norm_eps defaults to 1e-12: both ErnieConfig classes (and old PaddleNLP) use 1e-12;
+// - dropouts default to 0.1 and pad_token_id to 0, equal in both;
+// - num_labels: "num_labels", else Paddle's "num_classes", else for an
+//   *ForSequenceClassification architecture the size of "id2label" (absent means 2: Hugging
+//   Face omits it when it equals the default), else 0 (no classifier).
 ModelConfig ModelConfig::from_json_string(const std::string& text, const std::string& source) {
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) throw std::runtime_error(source + ": not a JSON object");
+    if (j.contains("init_args")) j = flatten_init_args(j, source);
     ModelConfig c;
     auto get_int = [&](const char* key, int& out, bool required) {
         if (!j.contains(key)) {
@@ -56,14 +95,24 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
     if (!j.contains("hidden_act") || !j["hidden_act"].is_string())
         throw std::runtime_error(source + ": missing key \"hidden_act\" (string)");
     c.hidden_act = j["hidden_act"].get<std::string>();
-    if (j.contains("use_task_id")) {
-        if (!j["use_task_id"].is_boolean()) throw std::runtime_error(source + ": \"use_task_id\" must be true/false");
-        c.use_task_id = j["use_task_id"].get<bool>();
-    }
+    if (!j.contains("use_task_id"))
+        throw std::runtime_error(source + ": missing key \"use_task_id\" (Hugging Face defaults it to false, "
+                                 "PaddleNLP to true: write it out)");
+    if (!j["use_task_id"].is_boolean()) throw std::runtime_error(source + ": \"use_task_id\" must be true/false");
+    c.use_task_id = j["use_task_id"].get<bool>();
     get_int("task_type_vocab_size", c.task_type_vocab_size, c.use_task_id);
     get_float("layer_norm_eps", c.layer_norm_eps);
     get_float("hidden_dropout_prob", c.hidden_dropout_prob);
     get_float("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+    if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
+        throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
+    bool classifier = false;
+    if (j.contains("architectures") && j["architectures"].is_array())
+        for (const json& a : j["architectures"])
+            classifier |= a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos;
+    if (j.contains("num_labels")) get_int("num_labels", c.num_labels, true);
+    else if (j.contains("num_classes")) get_int("num_classes", c.num_labels, true);
+    else if (classifier) c.num_labels = j.contains("id2label") ? int(j["id2label"].size()) : 2;
     c.check(source);
     return c;
 }
@@ -77,7 +126,7 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
 }
 
 std::string ModelConfig::to_json_string() const {
-    json j = {{"architectures", {"ErnieForMaskedLM"}},
+    json j = {{"architectures", {num_labels > 0 ? "ErnieForSequenceClassification" : "ErnieForMaskedLM"}},
               {"model_type", "ernie"},
               {"vocab_size", vocab_size},
               {"hidden_size", hidden_size},
@@ -95,6 +144,10 @@ std::string ModelConfig::to_json_string() const {
               {"attention_probs_dropout_prob", attention_probs_dropout_prob},
               {"initializer_range", 0.02},
               {"position_embedding_type", "absolute"}};
+    for (int i = 0; i < num_labels; i++) {
+        j["id2label"][std::to_string(i)] = "LABEL_" + std::to_string(i);
+        j["label2id"]["LABEL_" + std::to_string(i)] = i;
+    }
     return j.dump(2) + "\n";
 }
 

@@ -26,7 +26,7 @@ struct LoadedModel {
 
 LoadedModel load(const std::string& dir) {
     LoadedModel m;
-    m.cfg = ModelConfig::from_json_file(dir + "/config.json");
+    m.cfg = load_model_config(dir);
     if (m.cfg.num_labels > 0) throw std::runtime_error(dir + ": a classifier has no language-model head");
     m.tok = std::make_unique<Tokenizer>(Tokenizer::from_file(dir + "/vocab.txt"));
     if (int(m.tok->size()) > m.cfg.vocab_size)

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "src/checkpoint.hpp"
 #include "src/tokenizer.hpp"
 #include "src/trainer.hpp"
 
@@ -19,6 +20,7 @@ const char* kUsage =
     "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
     "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
+    "  inspect    FILE.safetensors | DIR [--strict]\n"
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
     "  schedule   --stages P --micro-batches M --schedule S [--chunks V] [--costs f,bi,bw,comm] [--trace F]\n"
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
         if (cmd == "partition") return pt::partition_main(args);
         if (cmd == "fill-mask") return pt::fill_mask_main(args);
         if (cmd == "generate") return pt::generate_main(args);
+        if (cmd == "inspect") return pt::inspect_main(args);
         std::fprintf(stderr, "pipetrain: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
         return 2;
     } catch (const std::exception& e) {

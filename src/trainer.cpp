@@ -81,19 +81,11 @@ Setup make_setup(const Args& a, bool training) {
     if (a.has("--model")) {
         if (a.has("--preset")) throw std::runtime_error("--model / --preset: give only one of them");
         s.model_dir = a.str("--model");
-        s.cfg = ModelConfig::from_json_file(s.model_dir + "/config.json");
-        std::string vocab_path = s.model_dir + "/vocab.txt";
-        if (std::filesystem::exists(vocab_path)) {
-            tok = std::make_unique<Tokenizer>(Tokenizer::from_file(vocab_path));
-            if (int(tok->size()) > s.cfg.vocab_size)
-                throw std::runtime_error(vocab_path + ": " + std::to_string(tok->size()) +
-                                         " tokens but the model's vocab_size is " + std::to_string(s.cfg.vocab_size));
-            for (size_t i = 0; i < tok->size(); i++) s.vocab.push_back(tok->token(int32_t(i)));
-        } else if (has_data) {
-            throw std::runtime_error(vocab_path + ": missing (needed to tokenize --data)");
-        } else {
-            s.vocab = placeholder_vocab(s.cfg.vocab_size);
-        }
+        s.cfg = load_model_config(s.model_dir);
+        s.vocab = load_vocab_lines(s.model_dir, s.cfg);
+        if (!s.vocab.empty()) tok = std::make_unique<Tokenizer>(s.vocab, s.model_dir + "/vocab.txt");
+        else if (has_data) throw std::runtime_error(s.model_dir + "/vocab.txt: missing (needed to tokenize --data)");
+        else s.vocab = placeholder_vocab(s.cfg.vocab_size);
     } else {
         if (!training) throw std::runtime_error("--model: required");
         s.cfg = ModelConfig::preset(a.str("--preset", "tiny"));
@@ -124,7 +116,7 @@ Setup make_setup(const Args& a, bool training) {
         if (!(p >= 0 && p < 1)) throw std::runtime_error("--dropout: expected a probability in [0, 1)");
         s.cfg.hidden_dropout_prob = s.cfg.attention_probs_dropout_prob = float(p);
     }
-    if (s.T > s.cfg.max_position_embeddings)
+    if (has_data && s.T > s.cfg.max_position_embeddings)   // with --inputs, T comes from the file
         throw std::runtime_error("--seq: " + std::to_string(s.T) + " exceeds the model's max_position_embeddings " +
                                  std::to_string(s.cfg.max_position_embeddings));
 
@@ -460,11 +452,14 @@ int train_main(const std::vector<std::string>& argv) {
                   "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
-                  "--eval-every"});
+                  "--eval-every", "--save-format"});
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
     std::string out = a.required("--out");
+    std::string save_format = a.str("--save-format", "hf");
+    if (save_format != "hf" && save_format != "paddle")
+        throw std::runtime_error("--save-format: expected hf or paddle, got \"" + save_format + "\"");
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
@@ -544,7 +539,7 @@ int train_main(const std::vector<std::string>& argv) {
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
     std::vector<Layer*> layers = replica_layers(w);
-    save_model_dir(out, s.cfg, s.vocab, layers);
+    save_model_dir(out, s.cfg, s.vocab, layers, save_format);
     if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);
     if (a.has("--trace")) {
         std::vector<pp::Event> all;
@@ -644,7 +639,7 @@ int schedule_main(const std::vector<std::string>& argv) {
 
 int partition_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--preset", "--stages", "--by", "--batch", "--seq"});
-    ModelConfig cfg = a.has("--model") ? ModelConfig::from_json_file(a.str("--model") + "/config.json")
+    ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model"))
                                        : ModelConfig::preset(a.str("--preset", "tiny"));
     int P = int(a.integer("--stages", 4, 1, 64));
     std::string by = a.str("--by", "time");

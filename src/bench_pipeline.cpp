@@ -1,0 +1,284 @@
+// src/bench_pipeline.cpp — see bench_pipeline.hpp. Used by scripts/bench_pipeline.sh.
+#include "src/bench_pipeline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "pipeline.hpp"
+#include "src/args.hpp"
+#include "src/comm.hpp"
+#include "src/stage.hpp"
+
+namespace pt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// A (B, T) batch of pseudo-random ids, every 7th token an MLM target (~15%): timing needs the
+// shapes and the target density of real data, not its text.
+Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
+    Batch b;
+    b.B = B, b.T = T;
+    size_t n = size_t(B) * T;
+    b.input_ids.resize(n), b.token_type_ids.assign(n, 0), b.attention_mask.assign(n, 1), b.targets.assign(n, kIgnore);
+    for (size_t i = 0; i < n; i++) {
+        b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
+        if (i % 7 == 3) b.targets[i] = b.input_ids[i];
+    }
+    return b;
+}
+
+struct Cost {   // µs of one micro-batch
+    double f = 0, bi = 0, bw = 0;
+    double total() const { return f + bi + bw; }
+};
+
+// Median over `reps` runs of each layer's F, BI and BW on micro-batch `mb` (after one warm-up).
+std::vector<Cost> measure_layers(const ModelConfig& cfg, const MicroBatch& mb, const RunOptions& opt, int reps) {
+    size_t act = size_t(mb.B) * mb.T * cfg.hidden_size;
+    std::vector<float> x(act, 0.5f), dx(act), dout(act, 1e-3f);
+    std::vector<Cost> costs;
+    for (int i = 0; i < num_model_layers(cfg); i++) {
+        std::unique_ptr<Layer> l = make_layer(cfg, i);
+        l->init(1, 0.02f);
+        bool first = i == 0, last = i == num_model_layers(cfg) - 1;
+        std::vector<double> f, bi, bw;
+        std::vector<float> out(l->out_numel(mb.B, mb.T));
+        for (int rep = 0; rep <= reps; rep++) {
+            auto t0 = Clock::now();
+            std::unique_ptr<Stash> s = l->forward(out.data(), first ? nullptr : x.data(), mb, opt);
+            double t_f = us_since(t0);
+            t0 = Clock::now();
+            l->backward_input(first ? nullptr : dx.data(), last ? nullptr : dout.data(), *s, mb, opt);
+            double t_bi = us_since(t0);
+            t0 = Clock::now();
+            l->backward_weight(*s, mb, opt);
+            if (rep > 0) f.push_back(t_f), bi.push_back(t_bi), bw.push_back(us_since(t0));
+        }
+        costs.push_back({median(f), median(bi), median(bw)});
+    }
+    return costs;
+}
+
+// Half the round trip of one activation between two ThreadComm ranks: a transfer's cost here
+// is mostly a thread hand-off, not the copy.
+double measure_comm(size_t bytes, int reps) {
+    pp::ThreadWorld world(2, 30.0);
+    double us = 0;
+    pp::run_ranks(world, [&](int rank) {
+        pp::ThreadComm comm(world, rank);
+        std::vector<char> buf(bytes);
+        comm.barrier();
+        auto t0 = Clock::now();
+        for (int i = 0; i < reps; i++) {
+            if (rank == 0) comm.send(buf.data(), bytes, 1, i), comm.recv(buf.data(), bytes, 1, i);
+            else comm.recv(buf.data(), bytes, 0, i), comm.send(buf.data(), bytes, 0, i);
+        }
+        if (rank == 0) us = us_since(t0) / (2.0 * reps);
+    });
+    return us;
+}
+
+struct Measured {
+    double makespan = 0, bubble = 0;   // medians over the timed steps
+    std::vector<pp::Event> events;     // of the median step
+};
+
+// The slowest rank's median F, BI, BW durations in a measured run. A full B is split into BI and
+// BW in the proportion of the isolated layer costs `iso` (simulate only uses their sum for B).
+Cost in_run_cost(const std::vector<pp::Event>& events, int P, const Cost& iso) {
+    Cost slowest;
+    for (int r = 0; r < P; r++) {
+        std::vector<double> d[4];
+        for (const pp::Event& e : events)
+            if (!e.comm && e.rank == r) d[int(e.action.op)].push_back(e.end - e.start);
+        Cost c;
+        c.f = median(d[int(pp::Op::F)]);
+        double b = median(d[int(pp::Op::B)]);
+        c.bi = d[int(pp::Op::B)].empty() ? median(d[int(pp::Op::BI)]) : b * iso.bi / (iso.bi + iso.bw);
+        c.bw = d[int(pp::Op::B)].empty() ? median(d[int(pp::Op::BW)]) : b - c.bi;
+        if (c.total() > slowest.total()) slowest = c;
+    }
+    return slowest;
+}
+
+// `steps` + 1 pipelined steps (the first warms up and is not counted); rank p holds layers
+// [bounds[p], bounds[p+1]). The makespan of a step is the latest event end over the ranks, whose
+// clocks start together after a barrier. No optimizer: it costs the same on any split.
+Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, const std::vector<int>& bounds,
+                      const Batch& batch, int M, const RunOptions& opt, int steps) {
+    int P = int(schedule.size());
+    std::vector<std::unique_ptr<TransformerStage>> stages;
+    for (int p = 0; p < P; p++) {
+        std::vector<int> layers;
+        for (int l = bounds[p]; l < bounds[p + 1]; l++) layers.push_back(l);
+        stages.push_back(std::make_unique<TransformerStage>(cfg, std::vector<std::vector<int>>{layers}, Recompute::none, opt));
+        for (Layer* l : stages.back()->layers()) l->init(1, 0.02f);
+    }
+    std::vector<std::vector<std::vector<pp::Event>>> timelines(steps + 1, std::vector<std::vector<pp::Event>>(P));
+    std::vector<int> ranks(P);
+    for (int p = 0; p < P; p++) ranks[p] = p;
+    pp::ThreadWorld world(P, 120.0);
+    pp::run_ranks(world, [&](int rank) {
+        pp::ThreadComm comm(world, rank);
+        pp::Pipeline pipe(schedule, 1, *stages[rank], comm, rank, ranks);
+        for (int step = 0; step <= steps; step++) {
+            stages[rank]->zero_grads();
+            stages[rank]->begin_step(&batch, batch.B / M, 0, uint32_t(step), 1.0f / float(batch.num_targets()));
+            comm.barrier();
+            pipe.run_step();
+            timelines[step][rank] = pipe.timeline();
+        }
+    });
+    std::vector<std::pair<double, int>> spans;
+    std::vector<double> bubbles;
+    for (int step = 1; step <= steps; step++) {
+        double span = 0, busy = 0;
+        for (const auto& events : timelines[step])
+            for (const pp::Event& e : events) {
+                span = std::max(span, e.end);
+                if (!e.comm) busy += e.end - e.start;
+            }
+        spans.push_back({span, step});
+        bubbles.push_back(1.0 - busy / (P * span));
+    }
+    std::sort(spans.begin(), spans.end());
+    Measured m;
+    m.makespan = spans[spans.size() / 2].first;
+    m.bubble = median(bubbles);
+    for (const auto& events : timelines[spans[spans.size() / 2].second])
+        m.events.insert(m.events.end(), events.begin(), events.end());
+    return m;
+}
+
+pp::Schedule make(const std::string& name, int P, int M) {
+    if (name == "gpipe") return pp::gpipe(P, M);
+    if (name == "1f1b") return pp::one_f_one_b(P, M);
+    if (name == "zb-h1") return pp::zero_bubble_h1(P, M);
+    throw std::runtime_error("--schedules: expected a comma-separated list of gpipe, 1f1b, zb-h1, got \"" + name + "\"");
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (start <= s.size()) {
+        size_t comma = s.find(',', start);
+        if (comma == std::string::npos) comma = s.size();
+        out.push_back(s.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return out;
+}
+
+}  // namespace
+
+int bench_pipeline_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--preset", "--batch", "--seq", "--micro-batches", "--stages", "--schedules", "--steps", "--reps"});
+    ModelConfig cfg = ModelConfig::preset(a.str("--preset", "tiny"));
+    int B = int(a.integer("--batch", 16, 1, 4096)), T = int(a.integer("--seq", 64, 3, cfg.max_position_embeddings));
+    int M = int(a.integer("--micro-batches", 8, 1, 1024));
+    int steps = int(a.integer("--steps", 10, 1, 1000)), reps = int(a.integer("--reps", 5, 1, 1000));
+    if (B % M != 0) throw std::runtime_error("--batch: " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
+    std::vector<int> stage_counts;
+    for (const std::string& s : split_list(a.str("--stages", "1,2,4"))) {
+        int P = s.empty() || s.size() > 3 || s.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoi(s);
+        if (P < 1 || P > num_model_layers(cfg))
+            throw std::runtime_error("--stages: expected stage counts between 1 and " + std::to_string(num_model_layers(cfg)) +
+                                     " (the model's layers), got \"" + s + "\"");
+        stage_counts.push_back(P);
+    }
+    std::vector<std::string> schedules = split_list(a.str("--schedules", "gpipe,1f1b"));
+    for (const std::string& s : schedules) make(s, 1, 1);
+    RunOptions opt;
+    opt.seed = 1, opt.hidden_dropout = cfg.hidden_dropout_prob, opt.attention_dropout = cfg.attention_probs_dropout_prob;
+    Batch batch = synthetic_batch(cfg, B, T);
+    unsigned cores = std::thread::hardware_concurrency();
+    std::printf("bench-pipeline: preset %s (%d blocks, hidden %d), batch %d × %d tokens in M = %d micro-batches, "
+                "%d timed steps per run, %u cores\n\n", a.str("--preset", "tiny").c_str(), cfg.num_hidden_layers,
+                cfg.hidden_size, B, T, M, steps, cores);
+
+    // (1) per-layer costs on one micro-batch
+    MicroBatch mb = batch.rows(0, B / M);
+    mb.loss_scale = 1.0f / float(batch.num_targets());
+    std::vector<Cost> layer = measure_layers(cfg, mb, opt, reps);
+    double comm = measure_comm(size_t(B / M) * T * cfg.hidden_size * sizeof(float), 200);
+    std::printf("(1) per-layer cost of one micro-batch (%d rows), median of %d, µs\n", B / M, reps);
+    std::printf("layer          F       BI       BW\n");
+    for (size_t i = 0; i < layer.size(); i++) {
+        std::string name = i == 0 ? "embedding" : i + 1 == layer.size() ? "head" : "block " + std::to_string(i - 1);
+        std::printf("%-9s %8.0f %8.0f %8.0f\n", name.c_str(), layer[i].f, layer[i].bi, layer[i].bw);
+    }
+    std::printf("transfer of one activation between two threads: %.0f µs\n\n", comm);
+
+    // (2) + (3) real pipelined steps against the simulator
+    std::vector<double> totals;
+    for (const Cost& c : layer) totals.push_back(c.total());
+    struct Row {
+        std::string schedule;
+        int P;
+        double measured, bubble, predicted, replayed;   // makespans in µs
+    };
+    std::vector<Row> rows;
+    std::printf("(2, 3) measured steps (median of %d) against pp::simulate with the slowest stage's costs:\n"
+                "  predicted = from the isolated layer costs above; replayed = from the action durations\n"
+                "  measured in the same run (so it checks the schedule and transfer model alone)\n", steps);
+    for (int P : stage_counts) {
+        std::vector<int> bounds = pp::partition(totals, P);
+        Cost slowest;   // simulate takes one cost per action: the slowest stage sets the pace
+        std::string split;
+        for (int p = 0; p < P; p++) {
+            Cost c;
+            for (int l = bounds[p]; l < bounds[p + 1]; l++) c.f += layer[l].f, c.bi += layer[l].bi, c.bw += layer[l].bw;
+            if (c.total() > slowest.total()) slowest = c;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, " [%d..%d] %.1f ms", bounds[p], bounds[p + 1] - 1, c.total() / 1000);
+            split += buf;
+        }
+        std::printf("P = %d, layers and cost per micro-batch:%s\n", P, split.c_str());
+        if (unsigned(P) > cores)
+            std::printf("  %d stage threads on %u cores: oversubscribed, the measured steps are slower than predicted\n", P, cores);
+        for (const std::string& name : P == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
+            pp::Schedule schedule = make(name, P, M);
+            Measured m = run_pipeline(cfg, schedule, bounds, batch, M, opt, steps);
+            Cost run = in_run_cost(m.events, P, slowest);
+            double c = P > 1 ? comm : 0.0;
+            pp::SimResult predicted = pp::simulate(schedule, pp::Costs{slowest.f, slowest.bi, slowest.bw, c});
+            pp::SimResult replayed = pp::simulate(schedule, pp::Costs{run.f, run.bi, run.bw, c});
+            rows.push_back({P == 1 ? "(one stage)" : name, P, m.makespan, m.bubble, predicted.makespan, replayed.makespan});
+            std::printf("  %-6s measured %.1f ms | predicted %.1f ms, ratio %.2f | replayed %.1f ms, ratio %.2f\n", name.c_str(),
+                        m.makespan / 1000, predicted.makespan / 1000, m.makespan / predicted.makespan,
+                        replayed.makespan / 1000, m.makespan / replayed.makespan);
+            if (P == 2 && name == schedules.back()) std::printf("%s", pp::ascii_timeline(m.events, P, 100).c_str());
+        }
+    }
+
+    // (4) speed-up against one stage, and the summary table (markdown, for the README)
+    double one = 0;
+    for (const Row& r : rows)
+        if (r.P == 1) one = r.measured;
+    std::printf("\n| schedule | P | M | measured ms | bubble | predicted ms | measured / predicted | replayed ms |"
+                " measured / replayed | speed-up vs P=1 | M/(M+P-1)·P |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+        char speedup[64] = "-";
+        if (one > 0) std::snprintf(speedup, sizeof speedup, "%.2f%s", one / r.measured, unsigned(r.P) > cores ? " (oversubscribed)" : "");
+        std::printf("| %s | %d | %d | %.1f | %.1f%% | %.1f | %.2f | %.1f | %.2f | %s | %.2f |\n", r.schedule.c_str(), r.P, M,
+                    r.measured / 1000, 100 * r.bubble, r.predicted / 1000, r.measured / r.predicted, r.replayed / 1000,
+                    r.measured / r.replayed, speedup, double(M) / (M + r.P - 1) * r.P);
+    }
+    return 0;
+}
+
+}  // namespace pt

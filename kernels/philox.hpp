@@ -1,7 +1,7 @@
 // kernels/philox.hpp — Philox-4x32-10, header-only, callable from host and device code.
 //
-// The same function as kernels/cpu/dropout.cpp (see the exact counter/key packing there); the
-// CUDA kernels include this header so a mask drawn on the GPU is the CPU's mask bit for bit.
+// Used by kernels/cpu/dropout.cpp (which documents the exact counter/key packing) and by the
+// CUDA kernels, so a mask drawn on the GPU is the CPU's mask bit for bit.
 // tests/test_cuda_kernels.cu checks philox::uniform against ops::philox_uniform on the host.
 #pragma once
 #include "kernels/ops.hpp"

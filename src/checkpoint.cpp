@@ -1,5 +1,7 @@
 #include "src/checkpoint.hpp"
 
+#include "src/io.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -344,8 +346,8 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
         }
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
-    st::write_file_atomic(dir + "/config.json", cfg.to_json_string());
-    st::write_file_atomic(dir + "/vocab.txt", vocab);
+    write_file_atomic(dir + "/config.json", cfg.to_json_string());
+    write_file_atomic(dir + "/vocab.txt", vocab);
     w.write(dir + "/model.safetensors");
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "src/io.hpp"
 #include "src/safetensors.hpp"
 #include "src/tokenizer.hpp"
 
@@ -43,23 +44,6 @@ Objective parse_objective(const std::string& s) {
     if (s == "mlm") return Objective::mlm;
     if (s == "causal") return Objective::causal;
     throw std::runtime_error("--objective: expected mlm or causal, got \"" + s + "\"");
-}
-
-std::vector<std::string> read_lines(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(path + ": cannot open");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string all = ss.str();
-    std::vector<std::string> lines;
-    size_t start = 0;
-    while (start < all.size()) {
-        size_t end = all.find('\n', start);
-        if (end == std::string::npos) end = all.size();
-        lines.push_back(all.substr(start, end - start));
-        start = end + 1;
-    }
-    return lines;
 }
 
 SpecialIds special_ids(const Tokenizer& tok) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "src/io.hpp"
 #include "src/model.hpp"
 
 namespace pt {
@@ -32,7 +33,6 @@ struct Corpus {
 // Reads a UTF-8 text file (one document or line per line), tokenizes it, and packs it.
 // The last ~5% of sequences (at least one, at most 64) are held out for evaluation.
 Corpus load_corpus(const std::string& path, const Tokenizer& tok, int T);
-std::vector<std::string> read_lines(const std::string& path);   // split on LF, throws naming the file
 
 // Token ids for the special tokens and the vocabulary size, all the masker needs to know.
 struct SpecialIds { int32_t pad = 0, cls = 1, sep = 2, mask = 3, unk = 100; int vocab = 0; };

@@ -2,6 +2,8 @@
 // format does, so tensor bytes are copied as they are.
 #include "src/safetensors.hpp"
 
+#include "src/io.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -144,39 +146,6 @@ struct Fd {  // closes on scope exit, so every early throw releases the descript
         if (fd >= 0) ::close(fd);
     }
 };
-
-using Chunk = std::pair<const void*, size_t>;
-
-// Write to <path>.tmp.<pid>, fsync, rename over path, fsync the directory: a crash at
-// any point leaves either the old file or the complete new one, never a torn file.
-void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks) {
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    auto fail_io = [&](const std::string& what, int err) {
-        ::unlink(tmp.c_str());
-        fail(path, what + ": " + std::strerror(err));
-    };
-    Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)};
-    if (out.fd < 0) fail_io("cannot create temporary file " + tmp, errno);
-    for (const auto& [data, size] : chunks) {
-        const char* p = static_cast<const char*>(data);
-        for (size_t done = 0; done < size;) {
-            ssize_t n = ::write(out.fd, p + done, size - done);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) fail_io("cannot write " + tmp, n < 0 ? errno : EIO);
-            done += size_t(n);
-        }
-    }
-    if (::fsync(out.fd) != 0) fail_io("cannot fsync " + tmp, errno);
-    const int fd = out.fd;
-    out.fd = -1;
-    if (::close(fd) != 0) fail_io("cannot close " + tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename " + tmp + " to it", errno);
-    // The rename itself is only durable once the directory entry is on disk.
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    Fd d{::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-    if (d.fd < 0 || ::fsync(d.fd) != 0)
-        fail(path, "written, but cannot fsync its directory: " + std::string(std::strerror(errno)));
-}
 
 float half_to_float(uint16_t h) {
     const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
@@ -418,10 +387,6 @@ void Writer::write(const std::string& path) const {
     std::vector<Chunk> chunks = {{len, 8}, {text.data(), text.size()}};
     for (const Entry* e : order) chunks.push_back({e->bytes.data(), e->bytes.size()});
     write_chunks_atomic(path, chunks);
-}
-
-void write_file_atomic(const std::string& path, const std::string& contents) {
-    write_chunks_atomic(path, {{contents.data(), contents.size()}});
 }
 
 }  // namespace pt::st

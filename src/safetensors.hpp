@@ -73,7 +73,5 @@ struct Writer {
     std::vector<Entry> entries_;
 };
 
-// The same atomic replace for any text or bytes (config.json, trainer_state.json, ...).
-void write_file_atomic(const std::string& path, const std::string& contents);
 
 }  // namespace pt::st

@@ -2,6 +2,9 @@
 // See tokenizer.hpp for the numbered steps; the code below follows them in order.
 #include "src/tokenizer.hpp"
 
+#include "src/args.hpp"
+#include "src/io.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -240,56 +243,12 @@ bool is_special(const std::string& token) {
     return false;
 }
 
-// ---- files ---------------------------------------------------------------------------------
-
-std::string read_file(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
-    std::string data;
-    char buf[1 << 16];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-    bool failed = std::ferror(f);
-    std::fclose(f);
-    if (failed) throw std::runtime_error("cannot read " + path);
-    return data;
-}
-
-// Lines are separated by LF only (CR, VT, U+2028... are part of a line); a final line without
-// LF still counts, a trailing LF does not start another one.
-std::vector<std::string> split_lines(const std::string& data) {
-    std::vector<std::string> lines;
-    size_t start = 0;
-    while (start < data.size()) {
-        size_t end = data.find('\n', start);
-        if (end == std::string::npos) end = data.size();
-        lines.push_back(data.substr(start, end - start));
-        start = end + 1;
-    }
-    return lines;
-}
-
-// Write to a temporary file next to `path`, fsync, then rename: readers never see half a file.
-void write_file_atomic(const std::string& path, const std::string& data) {
-    std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
-    bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size() && std::fflush(f) == 0 &&
-              fsync(fileno(f)) == 0;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::string why = std::strerror(errno);
-        std::remove(tmp.c_str());
-        throw std::runtime_error("cannot write " + path + ": " + why);
-    }
-}
-
 }  // namespace
 
 // ---- Tokenizer -----------------------------------------------------------------------------
 
 Tokenizer Tokenizer::from_file(const std::string& vocab_path) {
-    return Tokenizer(split_lines(read_file(vocab_path)), vocab_path);
+    return Tokenizer(read_lines(vocab_path), vocab_path);
 }
 
 Tokenizer::Tokenizer(const std::vector<std::string>& vocab_lines, const std::string& source_name)
@@ -456,43 +415,21 @@ std::vector<std::string> build_vocab(const std::vector<std::string>& lines, size
 
 // ---- CLI -----------------------------------------------------------------------------------
 
-int tokenize_main(const std::vector<std::string>& args) {
-    const char* usage = "usage: pipetrain tokenize --vocab FILE [--ids] (TEXT | --file F)\n";
+int tokenize_main(const std::vector<std::string>& argv) {
     try {
-        std::string vocab_path, file, text;
-        bool ids = false, have_text = false;
-        for (size_t i = 0; i < args.size(); ++i) {
-            const std::string& a = args[i];
-            auto value = [&]() -> const std::string& {
-                if (i + 1 >= args.size()) throw std::runtime_error(a + " needs a value");
-                return args[++i];
-            };
-            if (a == "--help" || a == "-h") {
-                std::fputs(usage, stdout);
-                return 0;
-            }
-            if (a == "--vocab")
-                vocab_path = value();
-            else if (a == "--file")
-                file = value();
-            else if (a == "--ids")
-                ids = true;
-            else if (a.size() > 1 && a[0] == '-')
-                throw std::runtime_error("unknown flag " + a);
-            else if (have_text)
-                throw std::runtime_error("more than one TEXT argument (quote the text)");
-            else {
-                text = a;
-                have_text = true;
-            }
+        if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) {
+            std::fputs("usage: pipetrain tokenize --vocab FILE [--ids] (TEXT | --file F)\n", stdout);
+            return 0;
         }
-        if (vocab_path.empty()) throw std::runtime_error("--vocab FILE is required");
-        if (have_text == !file.empty()) throw std::runtime_error("give either TEXT or --file F");
-        Tokenizer tok = Tokenizer::from_file(vocab_path);
-        std::string source = have_text ? "TEXT" : file;
-        std::vector<std::string> lines = split_lines(have_text ? text : read_file(file));
-        if (have_text && lines.empty()) lines.emplace_back();  // an empty TEXT is one empty input
-        std::string out;                                       // printed only when every line succeeded
+        Args a(argv, {"--vocab", "--file"}, {"--ids"});
+        if (a.positional().size() > 1) throw std::runtime_error("TEXT: more than one argument (quote the text)");
+        bool have_text = a.positional().size() == 1;
+        if (have_text == a.has("--file")) throw std::runtime_error("TEXT / --file: give exactly one of them");
+        Tokenizer tok = Tokenizer::from_file(a.required("--vocab"));
+        std::string source = have_text ? "TEXT" : a.str("--file");
+        std::vector<std::string> lines = have_text ? split_lines(a.positional()[0]) : read_lines(source);
+        if (have_text && lines.empty()) lines.emplace_back();   // an empty TEXT is one empty input
+        std::string out;                                        // printed only when every line succeeded
         for (size_t l = 0; l < lines.size(); ++l) {
             std::vector<std::string> tokens;
             try {
@@ -503,7 +440,7 @@ int tokenize_main(const std::vector<std::string>& args) {
             std::vector<int32_t> token_ids = tok.convert_tokens_to_ids(tokens);
             for (size_t k = 0; k < tokens.size(); ++k) {
                 if (k) out += ' ';
-                out += ids ? std::to_string(token_ids[k]) : tokens[k];
+                out += a.has("--ids") ? std::to_string(token_ids[k]) : tokens[k];
             }
             out += '\n';
         }
@@ -516,44 +453,17 @@ int tokenize_main(const std::vector<std::string>& args) {
     }
 }
 
-int vocab_main(const std::vector<std::string>& args) {
-    const char* usage = "usage: pipetrain vocab --data F --out vocab.txt [--size N]\n";
+int vocab_main(const std::vector<std::string>& argv) {
     try {
-        std::string data, out_path;
-        size_t size = 8000;  // enough for the Chinese poems of the labs with room for words
-        for (size_t i = 0; i < args.size(); ++i) {
-            const std::string& a = args[i];
-            auto value = [&]() -> const std::string& {
-                if (i + 1 >= args.size()) throw std::runtime_error(a + " needs a value");
-                return args[++i];
-            };
-            if (a == "--help" || a == "-h") {
-                std::fputs(usage, stdout);
-                return 0;
-            }
-            if (a == "--data")
-                data = value();
-            else if (a == "--out")
-                out_path = value();
-            else if (a == "--size") {
-                const std::string& v = value();
-                char* end = nullptr;
-                errno = 0;
-                unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-                if (v.empty() || v[0] == '-' || *end != '\0' || errno != 0 || n < 5 || n > 10000000)
-                    throw std::runtime_error("--size expects an integer in [5, 10000000], got '" + v + "'");
-                size = size_t(n);
-            } else
-                throw std::runtime_error("unknown argument " + a);
-        }
-        if (data.empty() || out_path.empty())
-            throw std::runtime_error("--data F and --out FILE are required");
+        Args a(argv, {"--data", "--out", "--size"});
+        std::string data = a.required("--data"), out_path = a.required("--out");
+        // 8000 is enough for the Chinese poems of the labs with room for words.
+        size_t size = size_t(a.integer("--size", 8000, 5, 10000000));
         std::vector<std::string> vocab;
-        std::vector<std::string> lines = split_lines(read_file(data));
         try {
-            vocab = build_vocab(lines, size);
+            vocab = build_vocab(read_lines(data), size);
         } catch (const std::runtime_error& e) {
-            throw std::runtime_error(data + " " + e.what());  // "F line 3: invalid UTF-8 at byte 5 ..."
+            throw std::runtime_error(data + " " + e.what());   // "F line 3: invalid UTF-8 at byte 5 ..."
         }
         std::string text;
         for (const std::string& t : vocab) text += t + '\n';

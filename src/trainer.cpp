@@ -17,6 +17,7 @@
 #include "src/args.hpp"
 #include "src/checkpoint.hpp"
 #include "src/comm.hpp"
+#include "src/io.hpp"
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/tokenizer.hpp"
@@ -544,7 +545,7 @@ int train_main(const std::vector<std::string>& argv) {
     if (a.has("--trace")) {
         std::vector<pp::Event> all;
         for (int r = 0; r < w.P; r++) all.insert(all.end(), w.timelines[r].begin(), w.timelines[r].end());
-        st::write_file_atomic(a.str("--trace"), pp::chrome_trace(all));
+        write_file_atomic(a.str("--trace"), pp::chrome_trace(all));
         std::printf("%s", pp::ascii_timeline(all, w.P, 100).c_str());
     }
     std::printf("peak stash bytes per stage:");
@@ -633,7 +634,7 @@ int schedule_main(const std::vector<std::string>& argv) {
     std::printf("%s", pp::ascii_timeline(r.events, P, 100).c_str());
     std::printf("makespan %.2f | bubble %.1f%%\n", r.makespan, 100 * r.bubble);
     for (int p = 0; p < P; p++) std::printf("  rank %d: peak live micro-batches %d\n", p, r.peak_live[p]);
-    if (a.has("--trace")) st::write_file_atomic(a.str("--trace"), pp::chrome_trace(r.events));
+    if (a.has("--trace")) write_file_atomic(a.str("--trace"), pp::chrome_trace(r.events));
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <random>
 #include <tuple>
 
+#include "src/io.hpp"
 #include "src/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -354,12 +355,12 @@ TEST_CASE("writer: bad adds throw, failed writes leave nothing behind") {
 
     // Replacing an existing file: the new content, and no temp file left over.
     const std::string text = (tmp.dir / "state.json").string();
-    pt::st::write_file_atomic(text, "old contents, longer than the new ones\n");
-    pt::st::write_file_atomic(text, "{\"step\": 2}\n");
+    pt::write_file_atomic(text, "old contents, longer than the new ones\n");
+    pt::write_file_atomic(text, "{\"step\": 2}\n");
     const std::vector<uint8_t> back = slurp(text);
     CHECK(std::string(back.begin(), back.end()) == "{\"step\": 2}\n");
     CHECK(tmp.entries() == std::vector<std::string>{"occupied", "state.json"});
-    CHECK(error_of([&] { pt::st::write_file_atomic(missing, "x"); }).rfind(missing + ": ", 0) == 0);
+    CHECK(error_of([&] { pt::write_file_atomic(missing, "x"); }).rfind(missing + ": ", 0) == 0);
 }
 
 // Every accepted mutation must satisfy what the rest of the project relies on.

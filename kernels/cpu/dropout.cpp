@@ -15,6 +15,7 @@
 // Only word 0 is used: one Philox call per element keeps the mapping obvious.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/philox.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -25,25 +26,8 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 13;
 
-// Word 0 of Philox-4x32-10. The key is bumped by the Weyl constants between rounds.
-inline uint32_t philox_word0(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                             uint32_t k0, uint32_t k1) {
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-    }
-    return c0;
-}
+// Philox-4x32-10 itself lives in kernels/philox.hpp, shared with the CUDA kernels.
+using philox::word0;
 
 inline float to_uniform(uint32_t word) { return (float)(word >> 8) * (1.0f / 16777216.0f); }
 
@@ -56,13 +40,13 @@ void uniforms(float* u, const DropoutKey& key, uint64_t i0, int n) {
     const uint32_t c2 = key.microbatch, c3 = key.step;
     const uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
     const uint32_t lo = (uint32_t)i0;  // N is an int: i0 + j < 2^31 never carries into i >> 32
-    for (int j = 0; j < n; j++) u[j] = to_uniform(philox_word0(lo + (uint32_t)j, c1, c2, c3, k0, k1));
+    for (int j = 0; j < n; j++) u[j] = to_uniform(word0(lo + (uint32_t)j, c1, c2, c3, k0, k1));
 }
 
 }  // namespace
 
 float philox_uniform(const DropoutKey& key, uint64_t i) {
-    const uint32_t word = philox_word0((uint32_t)i, (uint32_t)(i >> 32) ^ (key.layer << 8 | key.site),
+    const uint32_t word = word0((uint32_t)i, (uint32_t)(i >> 32) ^ (key.layer << 8 | key.site),
                                        key.microbatch, key.step,
                                        (uint32_t)key.seed, (uint32_t)(key.seed >> 32));
     return to_uniform(word);

@@ -1,0 +1,85 @@
+#include "src/io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace pt {
+
+namespace {
+struct Fd {   // closes on scope exit, so every early throw releases the descriptor
+    int fd;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+[[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
+    throw std::runtime_error(path + ": " + what + (err ? std::string(": ") + std::strerror(err) : ""));
+}
+}  // namespace
+
+std::string read_file(const std::string& path) {
+    Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (in.fd < 0) fail(path, "cannot open", errno);
+    std::string data;
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = ::read(in.fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail(path, "cannot read", errno);
+        if (n == 0) return data;
+        data.append(buf, size_t(n));
+    }
+}
+
+std::vector<std::string> split_lines(const std::string& data) {
+    std::vector<std::string> lines;
+    size_t start = 0;
+    while (start < data.size()) {
+        size_t end = data.find('\n', start);
+        if (end == std::string::npos) end = data.size();
+        lines.push_back(data.substr(start, end - start));
+        start = end + 1;
+    }
+    return lines;
+}
+
+std::vector<std::string> read_lines(const std::string& path) { return split_lines(read_file(path)); }
+
+void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks) {
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    auto fail_io = [&](const std::string& what, int err) {
+        ::unlink(tmp.c_str());
+        fail(path, what, err);
+    };
+    Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)};
+    if (out.fd < 0) fail_io("cannot create temporary file " + tmp, errno);
+    for (const auto& [data, size] : chunks) {
+        const char* p = static_cast<const char*>(data);
+        for (size_t done = 0; done < size;) {
+            ssize_t n = ::write(out.fd, p + done, size - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) fail_io("cannot write " + tmp, n < 0 ? errno : EIO);
+            done += size_t(n);
+        }
+    }
+    if (::fsync(out.fd) != 0) fail_io("cannot fsync " + tmp, errno);
+    const int fd = out.fd;
+    out.fd = -1;
+    if (::close(fd) != 0) fail_io("cannot close " + tmp, errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename " + tmp + " to it", errno);
+    // The rename itself is only durable once the directory entry is on disk.
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    Fd d{::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (d.fd < 0 || ::fsync(d.fd) != 0) fail(path, "written, but cannot fsync its directory", errno);
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+    write_chunks_atomic(path, {{contents.data(), contents.size()}});
+}
+
+}  // namespace pt

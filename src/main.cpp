@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "src/bench_pipeline.hpp"
 #include "src/checkpoint.hpp"
 #include "src/tokenizer.hpp"
 #include "src/trainer.hpp"
@@ -24,7 +25,9 @@ const char* kUsage =
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
     "  schedule   --stages P --micro-batches M --schedule S [--chunks V] [--costs f,bi,bw,comm] [--trace F]\n"
-    "  partition  (--model DIR | --preset NAME) --stages P [--by time|params]\n";
+    "  partition  (--model DIR | --preset NAME) --stages P [--by time|params]\n"
+    "  bench-pipeline [--preset NAME] [--batch B] [--seq L] [--micro-batches M] [--stages 1,2,4]\n"
+    "             [--schedules gpipe,1f1b,zb-h1] [--steps N] [--reps N]   measured vs simulated makespan\n";
 
 }  // namespace
 
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
         if (cmd == "fill-mask") return pt::fill_mask_main(args);
         if (cmd == "generate") return pt::generate_main(args);
         if (cmd == "inspect") return pt::inspect_main(args);
+        if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
         std::fprintf(stderr, "pipetrain: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
         return 2;
     } catch (const std::exception& e) {

@@ -1,0 +1,216 @@
+// tutorials/common.hpp — what tutorials 05–10 share: the tiny model on a batch of the poems
+// corpus, split over P stages (threads), and one training step through pp::Pipeline.
+//
+// train_step is the CLI's step (src/trainer.cpp, run_rank) cut to the mechanism: every rank runs
+// its actions on its own thread (and, with D replicas, all-reduces its gradients); then, on the
+// main thread, since every stage lives in this process, the tied word embedding's two gradients
+// are summed (embedding's + head's, always in that order) and AdamW is applied, unclipped.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "pipeline.hpp"
+#include "src/comm.hpp"
+#include "src/stage.hpp"
+#include "src/tokenizer.hpp"
+
+namespace lab {
+
+using namespace pt;
+
+// The tiny preset with a vocabulary built from the corpus, and the corpus as sequences of T ids.
+struct Data {
+    ModelConfig cfg;
+    std::vector<std::vector<int32_t>> seqs;
+    SpecialIds special;
+};
+
+inline Data load_data(int T) {
+    std::string path = PT_SOURCE_DIR "/data/poems.txt";
+    if (!std::filesystem::exists(path)) path = PT_SOURCE_DIR "/tests/fixtures/text/sample_zh.txt";
+    Tokenizer tok(build_vocab(read_lines(path), 3000), path);
+    Data d;
+    d.cfg = ModelConfig::preset("tiny");
+    d.cfg.vocab_size = int(tok.size());
+    d.seqs = load_corpus(path, tok, T).train;
+    d.special = special_ids(tok);
+    return d;
+}
+
+inline Batch batch_of(const Data& d, int B, int index = 0) {
+    return make_batch(d.seqs, index, B, Objective::mlm, d.special, 1);
+}
+
+// P ranks × V chunks (× D data-parallel replicas). Every Model is initialized from seed 1, so all
+// of them start from the same bits whatever their split.
+struct Model {
+    ModelConfig cfg;
+    int P = 1, V = 1, D = 1;
+    std::vector<std::vector<std::vector<int>>> split;         // [rank][chunk] = layer indices
+    std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
+    std::vector<std::vector<float>> adam_m, adam_v;           // per layer, stage after stage
+
+    std::vector<Layer*> layers(int d = 0) const {   // replica d, model order
+        std::vector<Layer*> all;
+        for (int i = 0; i < num_model_layers(cfg); i++)
+            for (int p = 0; p < P; p++)
+                if (Layer* l = stages[d * P + p]->layer(i)) all.push_back(l);
+        return all;
+    }
+};
+
+// The layers are split by their FLOPs per token (deterministic, unlike measured time, so every
+// run prints the same split) over the P*V virtual stages; stage s lives on rank s % P as chunk s / P.
+inline Model make_model(const ModelConfig& cfg, int P, int V = 1, Recompute recompute = Recompute::none,
+                        int D = 1, float dropout = 0.1f) {
+    Model m;
+    m.cfg = cfg, m.P = P, m.V = V, m.D = D;
+    std::vector<double> flops;
+    for (int i = 0; i < num_model_layers(cfg); i++) flops.push_back(layer_flops_per_token(cfg, i, 32));
+    std::vector<int> bounds = pp::partition(flops, P * V);
+    m.split.assign(P, std::vector<std::vector<int>>(V));
+    for (int s = 0; s < P * V; s++)
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) m.split[s % P][s / P].push_back(l);
+    RunOptions opt;
+    opt.seed = 1, opt.hidden_dropout = opt.attention_dropout = dropout;
+    for (int i = 0; i < P * D; i++) {
+        m.stages.push_back(std::make_unique<TransformerStage>(cfg, m.split[i % P], recompute, opt));
+        for (Layer* l : m.stages.back()->layers()) {
+            l->init(1, 0.02f);
+            m.adam_m.emplace_back(l->params.size(), 0.0f), m.adam_v.emplace_back(l->params.size(), 0.0f);
+        }
+    }
+    return m;
+}
+
+struct StepResult {
+    std::vector<pp::Event> events;   // every rank of replica 0, µs from the start of the step
+    double loss = 0, makespan = 0, bubble = 0;
+};
+
+inline double measured_bubble(const std::vector<pp::Event>& events, int P, double* makespan = nullptr) {
+    double busy = 0, span = 0;
+    for (const pp::Event& e : events) {
+        span = std::max(span, e.end);
+        if (!e.comm) busy += e.end - e.start;
+    }
+    if (makespan) *makespan = span;
+    return span > 0 ? 1.0 - busy / (P * span) : 0.0;
+}
+
+// One optimizer step on `batch`, M micro-batches per replica (M is read off the schedule).
+inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch& batch, int step = 0,
+                             bool update = true) {
+    int M = 0;
+    for (const pp::Action& a : schedule[0]) M += a.op == pp::Op::F && a.chunk == 0;
+    int rows = batch.B / m.D;
+    std::vector<Batch> local;
+    for (int d = 0; d < m.D; d++) local.push_back(batch.slice(d * rows, rows));
+    float loss_scale = 1.0f / float(batch.num_targets());   // the loss is the mean over the GLOBAL batch
+    std::vector<std::vector<pp::Event>> events(m.P * m.D);
+    pp::ThreadWorld world(m.P * m.D, 60.0);
+    pp::run_ranks(world, [&](int rank) {
+        int p = rank % m.P, d = rank / m.P;
+        pp::ThreadComm comm(world, rank);
+        std::vector<int> pp_group, dp_group;
+        for (int i = 0; i < m.P; i++) pp_group.push_back(d * m.P + i);
+        for (int i = 0; i < m.D; i++) dp_group.push_back(i * m.P + p);
+        TransformerStage& stage = *m.stages[rank];
+        pp::Pipeline pipe(schedule, m.V, stage, comm, p, pp_group);
+        stage.zero_grads();
+        // Replica d's micro-batches are global micro-batches d*M .. d*M+M-1: the dropout key.
+        stage.begin_step(&local[d], rows / M, d * M, uint32_t(step), loss_scale);
+        comm.barrier();   // start the clocks together
+        pipe.run_step();
+        events[rank] = pipe.timeline();
+        if (m.D > 1)   // data parallel: sum each layer's gradient over the replicas, in rank order
+            for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
+    });
+    StepResult r;
+    for (int p = 0; p < m.P; p++) r.events.insert(r.events.end(), events[p].begin(), events[p].end());
+    r.bubble = measured_bubble(r.events, m.P, &r.makespan);
+    for (auto& stage : m.stages) r.loss += stage->loss_sum();   // only last stages have a loss
+    r.loss /= double(batch.num_targets());
+    for (int d = 0; d < m.D; d++) {
+        std::vector<Layer*> layers = m.layers(d);
+        Layer *emb = layers.front(), *head = layers.back();
+        size_t n = size_t(m.cfg.vocab_size) * m.cfg.hidden_size;   // the word embedding, first in emb, last in head
+        float* g_emb = emb->grads.data() + emb->params_info[0].offset;
+        float* g_head = head->grads.data() + head->params_info.back().offset;
+        ops::accumulate(g_emb, g_head, int(n));
+        std::copy(g_emb, g_emb + n, g_head);
+    }
+    if (!update) return r;
+    size_t k = 0;
+    for (auto& stage : m.stages)
+        for (Layer* l : stage->layers()) {
+            ops::adamw_update(l->params.data(), m.adam_m[k].data(), m.adam_v[k].data(), l->grads.data(),
+                              int64_t(l->params.size()), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, step + 1);
+            k++;
+        }
+    return r;
+}
+
+// The fastest of `repeats` steps without an update: the first one warms the caches up, and the
+// fastest is the one least disturbed by other programs on the cores.
+inline StepResult measure(Model& m, const pp::Schedule& schedule, const Batch& batch, int repeats = 5) {
+    StepResult best;
+    for (int i = 0; i < repeats; i++) {
+        StepResult r = train_step(m, schedule, batch, 0, false);
+        if (i == 0 || r.makespan < best.makespan) best = r;
+    }
+    return best;
+}
+
+// Replica 0's parameters (or gradients) of a and b: prints "bitwise equal" or the first
+// differing tensor, returns |a - b| / |b| over all of them.
+inline double compare(const Model& a, const Model& b, bool grads) {
+    std::vector<Layer*> la = a.layers(), lb = b.layers();
+    double diff = 0, norm = 0;
+    std::string first;
+    for (size_t i = 0; i < la.size(); i++) {
+        const std::vector<float>& x = grads ? la[i]->grads : la[i]->params;
+        const std::vector<float>& y = grads ? lb[i]->grads : lb[i]->params;
+        for (const ParamInfo& pi : la[i]->params_info) {
+            const float *px = x.data() + pi.offset, *py = y.data() + pi.offset;
+            if (first.empty() && std::memcmp(px, py, pi.numel * sizeof(float)) != 0) first = pi.name;
+            for (size_t j = 0; j < pi.numel; j++) {
+                double dj = double(px[j]) - py[j];
+                diff += dj * dj, norm += double(py[j]) * py[j];
+            }
+        }
+    }
+    double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    if (first.empty()) std::printf("  %s: bitwise equal\n", grads ? "gradients" : "parameters");
+    else std::printf("  %s: first differing tensor %s, relative difference %.2e\n", grads ? "gradients" : "parameters", first.c_str(), rel);
+    return rel;
+}
+
+// "rank 0: [0 1 2] | rank 1: [3 4 5]"; with V > 1 one [...] per chunk.
+inline void print_split(const Model& m) {
+    std::printf("layers (0 = embedding, 1..%d = blocks, %d = head):", m.cfg.num_hidden_layers, m.cfg.num_hidden_layers + 1);
+    for (int p = 0; p < m.P; p++) {
+        std::printf("%s rank %d:", p ? " |" : "", p);
+        for (const std::vector<int>& chunk : m.split[p]) {
+            std::printf(" [");
+            for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
+            std::printf("]");
+        }
+    }
+    std::printf("\n");
+}
+
+inline std::string kb(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f KB", bytes / 1024);
+    return buf;
+}
+
+}  // namespace lab

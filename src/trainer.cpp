@@ -217,52 +217,61 @@ struct World {
     st::Writer grads_dump;
 };
 
-void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
-    if (w.setup->cfg.num_labels > 0) return;   // a classifier has no decoder: nothing is tied
-    int last = w.setup->cfg.num_hidden_layers + 1;
+// The word embedding's two copies on this rank: the embedding layer's (pipeline rank 0) and the
+// MLM head's decoder (the last rank); null where this rank holds neither. `peer` is the rank
+// that holds the other copy when they live apart.
+struct TiedCopies {
+    float* emb = nullptr;
+    float* head = nullptr;
+    size_t n = 0;
+    int peer = -1;
+};
+TiedCopies tied_copies(World& w, TransformerStage& stage, int d, bool grads) {
+    TiedCopies t;
     Layer* emb = stage.layer(0);
-    Layer* head = stage.layer(last);
-    if (!emb && !head) return;
-    size_t n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
-    float* g_emb = emb ? emb->grads.data() + emb->params_info[0].offset : nullptr;   // word embedding first
-    float* g_head = head ? head->grads.data() + tied_param(*head)->offset : nullptr;
-    if (emb && head) {   // both on this rank
-        ops::accumulate(g_emb, g_head, int(n));
-        std::copy(g_emb, g_emb + n, g_head);
+    Layer* head = stage.layer(w.setup->cfg.num_hidden_layers + 1);
+    const ParamInfo* tied = head ? tied_param(*head) : nullptr;
+    if (w.setup->cfg.num_labels > 0 || (!emb && !tied)) return t;   // a classifier ties nothing
+    t.n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
+    if (emb) t.emb = (grads ? emb->grads : emb->params).data() + emb->params_info[0].offset;
+    if (tied) t.head = (grads ? head->grads : head->params).data() + tied->offset;
+    if (!t.emb || !t.head) t.peer = t.emb ? d * w.P + w.P - 1 : d * w.P;
+    return t;
+}
+
+// The tied gradient is embedding + head, added in that order wherever the copies live, so one
+// device and any pipeline get the same bits.
+void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
+    TiedCopies t = tied_copies(w, stage, d, true);
+    if (t.n == 0) return;
+    if (t.peer < 0) {   // both on this rank
+        ops::accumulate(t.emb, t.head, int(t.n));
+        std::copy(t.emb, t.emb + t.n, t.head);
         return;
     }
-    // Ranks 0 and P-1 swap their halves; both add embedding + head in that order: same bits.
-    std::vector<float> other(n);
-    int peer = emb ? (d * w.P + w.P - 1) : (d * w.P);
-    float* mine = emb ? g_emb : g_head;
-    comm.group({{true, mine, n * sizeof(float), peer, 9001}, {false, other.data(), n * sizeof(float), peer, 9001}});
-    if (emb) {
-        ops::accumulate(g_emb, other.data(), int(n));
+    std::vector<float> other(t.n);   // ranks 0 and P-1 swap their halves
+    float* mine = t.emb ? t.emb : t.head;
+    comm.group({{true, mine, t.n * sizeof(float), t.peer, 9001}, {false, other.data(), t.n * sizeof(float), t.peer, 9001}});
+    if (t.emb) {
+        ops::accumulate(t.emb, other.data(), int(t.n));
     } else {
-        ops::accumulate(other.data(), g_head, int(n));
-        std::copy(other.begin(), other.end(), g_head);
+        ops::accumulate(other.data(), t.head, int(t.n));
+        std::copy(other.begin(), other.end(), t.head);
     }
 }
 
 // After the update both copies must hold the same bits: the proof that tying is exact.
 void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
-    if (w.setup->cfg.num_labels > 0) return;
-    int last = w.setup->cfg.num_hidden_layers + 1;
-    Layer* emb = stage.layer(0);
-    Layer* head = stage.layer(last);
-    if (!emb && !head) return;
-    size_t n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
-    const float* p_emb = emb ? emb->params.data() + emb->params_info[0].offset : nullptr;
-    const float* p_head = head ? head->params.data() + tied_param(*head)->offset : nullptr;
+    TiedCopies t = tied_copies(w, stage, d, false);
+    if (t.n == 0) return;
     std::vector<float> other;
-    if (!(emb && head)) {
-        other.resize(n);
-        int peer = emb ? (d * w.P + w.P - 1) : (d * w.P);
-        comm.group({{true, const_cast<float*>(emb ? p_emb : p_head), n * sizeof(float), peer, 9002},
-                    {false, other.data(), n * sizeof(float), peer, 9002}});
-        (emb ? p_head : p_emb) = other.data();
+    if (t.peer >= 0) {
+        other.resize(t.n);
+        float* mine = t.emb ? t.emb : t.head;
+        comm.group({{true, mine, t.n * sizeof(float), t.peer, 9002}, {false, other.data(), t.n * sizeof(float), t.peer, 9002}});
+        (t.emb ? t.head : t.emb) = other.data();
     }
-    if (std::memcmp(p_emb, p_head, n * sizeof(float)) != 0)
+    if (std::memcmp(t.emb, t.head, t.n * sizeof(float)) != 0)
         throw std::runtime_error("tied word embedding copies differ after the optimizer step");
 }
 
@@ -282,6 +291,8 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     Optimizer& opt = w.optim[rank];
     int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
     int n_slots = num_model_layers(s.cfg) * kSlotsPerLayer;
+    for (Layer* l : stage.layers())
+        if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
     auto t_start = Clock::now();
 
     for (int step = 0; step < w.steps; step++) {

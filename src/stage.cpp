@@ -80,8 +80,9 @@ pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) 
     return {v.data(), n * sizeof(float)};
 }
 
-// Runs the chunk's layers on micro-batch m, keeping one stash per layer.
-void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool count_loss) {
+// Runs the chunk's layers on micro-batch m, keeping one stash per layer. A recompute only
+// rebuilds the stash: it neither counts the loss again nor produces anything to send.
+void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputing) {
     MicroBatch mb = micro_batch(m);
     const float* in = f.input.empty() ? nullptr : f.input.data();
     std::vector<float> out;
@@ -92,21 +93,19 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool count_los
         out.swap(next);
         in = out.data();
     }
-    Layer* last = chunks_[chunk].back().get();
-    if (last->index() == num_model_layers(cfg_) - 1) {   // the head: its output is the loss
-        if (count_loss) {
-            auto& hs = static_cast<HeadStash&>(*f.stash.back());
-            loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
-        }
-        if (count_loss) fwd_out_.clear();
-    } else if (count_loss) {
-        fwd_out_.swap(out);   // a recompute sends nothing
+    if (recomputing) return;
+    if (chunks_[chunk].back()->index() == num_model_layers(cfg_) - 1) {   // the head: its output is the loss
+        auto& hs = static_cast<HeadStash&>(*f.stash.back());
+        loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
+        fwd_out_.clear();
+    } else {
+        fwd_out_.swap(out);
     }
 }
 
 pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
-    run_forward(f, microbatch, chunk, true);
+    run_forward(f, microbatch, chunk, false);
     if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
     account(f);
     return view(fwd_out_);
@@ -115,7 +114,7 @@ pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
 pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     if (f.stash.empty()) {   // recompute: the same forward, the same dropout masks, the same bits
-        run_forward(f, microbatch, chunk, false);
+        run_forward(f, microbatch, chunk, true);
         account(f);
     }
     MicroBatch mb = micro_batch(microbatch);

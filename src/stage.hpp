@@ -54,7 +54,7 @@ class TransformerStage : public pp::Stage {
     };
     MicroBatch micro_batch(int m) const;
     InFlight& slot(int microbatch, int chunk);
-    void run_forward(InFlight& f, int microbatch, int chunk, bool count_loss);
+    void run_forward(InFlight& f, int microbatch, int chunk, bool recomputing);
     void account(InFlight& f);
     void release(int microbatch, int chunk);
     // What the last forward / backward produced for the executor to send. Valid until the next

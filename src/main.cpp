@@ -18,6 +18,7 @@ const char* kUsage =
     "             [--chunks V] --recompute none|full --steps N --lr X --seed S --dropout P --threads T\n"
     "             --dp D --objective mlm|causal --trace F.json --dump-grads F.safetensors\n"
     "             --partition params|time|uniform [--task classify --labels N --eval DEV.tsv]\n"
+    "             [--save-every K --keep K] [--resume OUT/checkpoint-N] [--save-format hf|paddle]\n"
     "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
     "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"

@@ -1,5 +1,6 @@
 #include "src/trainer.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "kernels/ops.hpp"
 #include "pipeline.hpp"
@@ -79,9 +82,10 @@ Setup make_setup(const Args& a, bool training) {
     if (has_data == has_inputs) throw std::runtime_error("--data / --inputs: give exactly one of them");
 
     std::unique_ptr<Tokenizer> tok;
-    if (a.has("--model")) {
-        if (a.has("--preset")) throw std::runtime_error("--model / --preset: give only one of them");
-        s.model_dir = a.str("--model");
+    if (a.has("--model") + a.has("--preset") + a.has("--resume") > 1)
+        throw std::runtime_error("--model / --preset / --resume: give only one of them");
+    if (a.has("--model") || a.has("--resume")) {
+        s.model_dir = a.has("--resume") ? a.str("--resume") : a.str("--model");
         s.cfg = load_model_config(s.model_dir);
         s.vocab = load_vocab_lines(s.model_dir, s.cfg);
         if (!s.vocab.empty()) tok = std::make_unique<Tokenizer>(s.vocab, s.model_dir + "/vocab.txt");
@@ -204,6 +208,9 @@ struct Optimizer {   // AdamW moments, one flat buffer per layer like the parame
 struct World {
     const Setup* setup = nullptr;
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
+    int start_step = 0, save_every = 0, keep = 2;   // --resume, --save-every, --keep
+    std::string out, save_format = "hf";
+    nlohmann::json state;                              // trainer_state.json: what an exact resume needs
     double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
     pp::Schedule schedule;
     std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
@@ -277,6 +284,72 @@ void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
 
 std::vector<Layer*> replica_layers(World& w);
 
+// OUT/checkpoint-<step>/: the model directory, the AdamW moments (optimizer.safetensors, under
+// "<parameter>.exp_avg" / ".exp_avg_sq") and trainer_state.json, written into a temporary
+// directory and renamed into place. Only the last `keep` checkpoints are kept.
+void save_checkpoint(World& w, int step) {
+    namespace fs = std::filesystem;
+    std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = dir + ".tmp";
+    fs::remove_all(tmp);
+    save_model_dir(tmp, w.setup->cfg, w.setup->vocab, replica_layers(w), w.save_format);
+    st::Writer opt;
+    for (int p = 0; p < w.P; p++) {   // replica 0: every replica holds the same moments
+        std::vector<Layer*> layers = w.stages[p]->layers();
+        for (size_t li = 0; li < layers.size(); li++)
+            for (const ParamInfo& pi : layers[li]->params_info) {
+                if (pi.tied) continue;   // the same moments as the word embedding's
+                opt.add_f32(pi.name + ".exp_avg", pi.shape, w.optim[p].m[li].data() + pi.offset);
+                opt.add_f32(pi.name + ".exp_avg_sq", pi.shape, w.optim[p].v[li].data() + pi.offset);
+            }
+    }
+    opt.write(tmp + "/optimizer.safetensors");
+    nlohmann::json state = w.state;
+    state["step"] = step;
+    write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
+    fs::remove_all(dir);
+    fs::rename(tmp, dir);
+    std::vector<std::pair<int, fs::path>> all;
+    for (const auto& e : fs::directory_iterator(w.out)) {
+        std::string name = e.path().filename().string();
+        if (name.rfind("checkpoint-", 0) == 0 && name.find(".tmp") == std::string::npos)
+            all.push_back({std::atoi(name.c_str() + 11), e.path()});
+    }
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i + size_t(w.keep) < all.size(); i++) fs::remove_all(all[i].second);
+    std::printf("  saved %s\n", dir.c_str());
+}
+
+// --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
+// --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
+// of the learning rate) must match, or the run would silently differ from an uninterrupted one.
+void load_resume_state(World& w, const std::string& dir) {
+    std::string path = dir + "/trainer_state.json";
+    nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
+    if (saved.is_discarded() || !saved.is_object() || !saved.contains("step") || !saved["step"].is_number_integer())
+        throw std::runtime_error(path + ": not a trainer state (expected a JSON object with \"step\")");
+    for (const auto& [key, value] : w.state.items())
+        if (!saved.contains(key) || saved[key] != value)
+            throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
+                                     (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " + value.dump());
+    w.start_step = saved["step"].get<int>();
+    if (w.start_step > w.steps)
+        throw std::runtime_error("--steps: the checkpoint is at step " + std::to_string(w.start_step));
+    st::File f = st::read(dir + "/optimizer.safetensors");
+    for (size_t r = 0; r < w.stages.size(); r++) {
+        std::vector<Layer*> layers = w.stages[r]->layers();
+        for (size_t li = 0; li < layers.size(); li++)
+            for (const ParamInfo& pi : layers[li]->params_info) {
+                std::string name = pi.tied ? "ernie.embeddings.word_embeddings.weight" : pi.name;
+                for (auto [suffix, buf] : {std::pair{".exp_avg", &w.optim[r].m[li]}, {".exp_avg_sq", &w.optim[r].v[li]}}) {
+                    std::vector<float> x = f.to_f32(name + suffix);
+                    if (x.size() != pi.numel)
+                        throw std::runtime_error(f.path + ": " + name + suffix + " has the wrong size");
+                    std::copy(x.begin(), x.end(), buf->begin() + pi.offset);
+                }
+            }
+    }
+}
+
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
     int p = rank % w.P, d = rank / w.P;
@@ -295,7 +368,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
     auto t_start = Clock::now();
 
-    for (int step = 0; step < w.steps; step++) {
+    for (int step = w.start_step; step < w.steps; step++) {
         Batch global = !s.examples.empty() ? make_classify_batch(s.examples, step, B, s.special.pad, s.seed)
                        : s.train.empty()    ? s.fixed
                                             : make_batch(s.train, step, B, s.objective, s.special, s.seed);
@@ -360,18 +433,19 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             for (int r = 0; r < w.P; r++) busy += w.busy_us[r], worst_span = std::max(worst_span, w.span_us[r]);
             double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
             double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-            double tok_s = double(step + 1) * B * s.T / std::max(elapsed, 1e-9);
+            double tok_s = double(step + 1 - w.start_step) * B * s.T / std::max(elapsed, 1e-9);
             std::string stash;
             for (int r = 0; r < w.P; r++) stash += (r ? "/" : "") + human_bytes(double(w.stages[r]->peak_stash_bytes()));
             std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
                         step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
-                        human_time(elapsed / (step + 1) * (w.steps - step - 1)).c_str());
+                        human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
             if (w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps) {
                 // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
                 EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
                 if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
                 else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
             }
+            if (w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps)) save_checkpoint(w, step + 1);
             std::fflush(stdout);
         }
         comm.barrier();
@@ -464,7 +538,7 @@ int train_main(const std::vector<std::string>& argv) {
                   "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
-                  "--eval-every", "--save-format"});
+                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume"});
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
@@ -520,6 +594,17 @@ int train_main(const std::vector<std::string>& argv) {
     }
     int R = w.P * w.D;
     w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
+    w.out = out, w.save_format = save_format;
+    w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
+    w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
+    w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", a.str("--objective", "mlm")},
+               {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay}};
+    if (a.has("--resume")) load_resume_state(w, a.str("--resume"));
+    if (w.save_every > 0) {
+        std::error_code ec;
+        std::filesystem::create_directories(out, ec);
+        if (ec) throw std::runtime_error("--out: cannot create " + out + " (" + ec.message() + ")");
+    }
 
     int64_t n_params = 0;
     for (Layer* l : replica_layers(w))

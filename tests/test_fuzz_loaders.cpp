@@ -1,0 +1,97 @@
+// Loader fuzzing: deterministic mutations of every text/binary input a user hands us (config.json,
+// vocab.txt, inputs.safetensors, classification TSV, tokenizer text). Each parse either succeeds
+// or throws std::runtime_error (a one-line message) — never a crash, never another exception.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include "src/config.hpp"
+#include "src/data.hpp"
+#include "src/io.hpp"
+#include "src/tokenizer.hpp"
+#include "tests/cli_util.hpp"
+
+using namespace pt;
+
+namespace {
+
+std::string mutate(std::string s, std::mt19937& rng) {
+    int edits = 1 + int(rng() % 4);
+    for (int e = 0; e < edits && !s.empty(); e++) {
+        size_t at = rng() % s.size();
+        switch (rng() % 5) {
+            case 0: s[at] = char(rng()); break;                                // random byte
+            case 1: s.erase(at, 1 + rng() % 8); break;                          // deletion
+            case 2: s.insert(at, std::string(1 + rng() % 4, char(rng()))); break;   // insertion
+            case 3: s.resize(at); break;                                       // truncation
+            case 4: s[at] = "{}[]\",:0-9\t\n"[rng() % 12]; break;              // structural character
+        }
+    }
+    return s;
+}
+
+// Runs `parse` on `trials` mutations of `original`; counts the outcomes.
+void fuzz(const std::string& what, const std::string& original, int trials,
+          const std::function<void(const std::string&)>& parse) {
+    std::mt19937 rng(1234);
+    int ok = 0, rejected = 0;
+    for (int i = 0; i < trials; i++) {
+        std::string input = mutate(original, rng);
+        try {
+            parse(input);
+            ok++;
+        } catch (const std::runtime_error& e) {
+            std::string msg = e.what();
+            CHECK(msg.find('\n') == std::string::npos);   // one line
+            rejected++;
+        } catch (const std::exception& e) {
+            FAIL(what << ": mutation " << i << " threw a non-runtime_error: " << e.what());
+        }
+    }
+    MESSAGE(what << ": " << ok << " accepted, " << rejected << " rejected");
+    CHECK(rejected > 0);   // the mutations do reach the checks
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+    static std::string dir = test::temp_dir("fuzz");
+    std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("config.json mutations") {
+    fuzz("config.json", read_file(test::fixture("ernie/nano-like/config.json")), 3000,
+         [](const std::string& text) { ModelConfig::from_json_string(text, "config.json").check("config.json"); });
+}
+
+TEST_CASE("vocab.txt mutations") {
+    fuzz("vocab.txt", read_file(test::fixture("tokenizer/vocab.txt")), 300, [](const std::string& text) {
+        Tokenizer tok(split_lines(text), "vocab.txt");
+        tok.encode("今天天气很好, Hello WORLD ##x [MASK]");
+    });
+}
+
+TEST_CASE("tokenizer input mutations (invalid UTF-8 included)") {
+    Tokenizer tok = Tokenizer::from_file(test::fixture("tokenizer/vocab.txt"));
+    fuzz("tokenizer text", read_file(test::fixture("tokenizer/input.txt")).substr(0, 2000), 2000,
+         [&](const std::string& text) { tok.encode(text); });
+}
+
+TEST_CASE("inputs.safetensors mutations") {
+    std::string original = read_file(test::fixture("ernie/nano-like/inputs.safetensors"));
+    fuzz("inputs.safetensors", original, 1500, [](const std::string& bytes) {
+        load_inputs(write_temp("inputs.safetensors", bytes), Objective::mlm);
+    });
+}
+
+TEST_CASE("classification TSV mutations") {
+    Tokenizer tok = Tokenizer::from_file(test::fixture("tokenizer/vocab.txt"));
+    fuzz("train.tsv", read_file(test::fixture("classify/train.tsv")), 500, [&](const std::string& text) {
+        load_tsv(write_temp("train.tsv", text), tok, 32, 2);
+    });
+}

@@ -4,6 +4,9 @@
 # append the results with the date and the GPU's name to docs/gpu-results.md (generated, never
 # typed), and print the table last. Takes a few minutes on one H200.
 #   usage: scripts/gpu_check.sh [build-dir]        (default: build-gpu)
+# The GPU machine is offline and lacks Debian's doctest-dev / nlohmann-json3-dev: first run
+# `scripts/gpu_deps.sh` here, then on the device `bash scripts/gpu_check.sh` with
+# carry [".gpu-deps"] (CMake falls back to .gpu-deps/include).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}

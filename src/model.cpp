@@ -375,7 +375,7 @@ class Head : public Layer {
         return s;
     }
 
-    void backward_input(float* din, const float*, Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
+    void backward_input(float* din, const float*, Stash& st, const MicroBatch& mb, const RunOptions&) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, V = cfg_.vocab_size, n = int(s.rows.size());
         if (n == 0) return;
@@ -391,7 +391,6 @@ class Head : public Layer {
         linear_backward_input(dh.data(), s.dt.data(), P(wt_), n, C, C);
         for (int i = 0; i < n; i++)   // scatter back to the (B, T) rows; rows are distinct
             ops::accumulate(din + size_t(s.rows[i]) * C, dh.data() + size_t(i) * C, C);
-        (void)opt;
     }
 
     void backward_weight(Stash& st, const MicroBatch&, const RunOptions&) override {

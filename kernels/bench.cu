@@ -4,6 +4,7 @@
 // CUDA events. References: cuBLAS (cublasSgemm for fp32, cublasGemmEx bf16 for the tensor-core
 // version) for GEMM; a device-to-device cudaMemcpyAsync (the bandwidth ceiling) for the
 // memory-bound kernels; the unfused v1 for flash attention. Only this program uses cuBLAS.
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 
 #include <cublas_v2.h>

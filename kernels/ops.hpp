@@ -36,6 +36,13 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
 void gemm_naive(float* C, const float* A, const float* B, const float* bias,
                 int M, int N, int K, bool transA, bool transB, float alpha, float beta);
 
+// The same product with A and B first rounded to bfloat16 (round to nearest even), products
+// and sums in fp32: the exact meaning of the CUDA tensor-core GEMM (gemm_v4_bf16_mma), up to
+// the order of the sums. Used by --dtype bf16.
+void gemm_bf16(float* C, const float* A, const float* B, const float* bias,
+               int M, int N, int K, bool transA, bool transB, float alpha, float beta);
+float round_bf16(float x);
+
 // dbias[OC] += sum over rows of dout (N, OC).
 void bias_backward(float* dbias, const float* dout, int N, int OC);
 

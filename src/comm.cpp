@@ -8,6 +8,7 @@
 #include <exception>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 namespace pp {
 
@@ -56,8 +57,9 @@ void ThreadComm::post(int channel, const void* data, std::size_t bytes, int peer
     if (peer < 0 || peer >= world_.size())
         throw std::runtime_error("rank " + std::to_string(rank_) + ": send to rank " + std::to_string(peer) +
                                  " outside a world of " + std::to_string(world_.size()));
-    const char* p = static_cast<const char*>(data);
-    ThreadWorld::Message m{tag, std::vector<char>(p, p + bytes)};
+    ThreadWorld::Message m{tag, {}};
+    m.bytes.assign(static_cast<const char*>(data), bytes, pt::device_of(data));
+    pt::synchronize();   // the copy is complete before another thread can see the message
     {
         std::lock_guard<std::mutex> lock(world_.mutex_);
         if (world_.aborted_) throw std::runtime_error("aborted: " + world_.why_);
@@ -86,7 +88,8 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
     if (m.bytes.size() != bytes)
         throw std::runtime_error(who + ": " + tag_text(tag) + " has " + std::to_string(m.bytes.size()) +
                                  " bytes, the receive buffer " + std::to_string(bytes));
-    if (bytes) std::memcpy(data, m.bytes.data(), bytes);
+    pt::copy_bytes(data, m.bytes.data(), bytes);
+    pt::synchronize();   // before the message (and its device memory) is freed
 }
 
 void ThreadComm::send(const void* data, std::size_t bytes, int peer, int tag) { post(0, data, bytes, peer, tag); }
@@ -112,10 +115,14 @@ void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks
         take(1, data, n * sizeof(T), root, kResultTag);
         return;
     }
-    std::vector<T> other(n);
+    pt::Array<T> other(n, pt::device_of(data));
     for (size_t k = 1; k < ranks.size(); k++) {
         take(1, other.data(), n * sizeof(T), ranks[k], kReduceTag);
-        for (size_t i = 0; i < n; i++) data[i] += other[i];
+        if constexpr (std::is_same_v<T, float>) {
+            pt::dev::accumulate(data, other.data(), int(n));   // on the GPU when the data is there
+        } else {
+            for (size_t i = 0; i < n; i++) data[i] += other[i];
+        }
     }
     for (size_t k = 1; k < ranks.size(); k++) post(1, data, n * sizeof(T), ranks[k], kResultTag);
 }

@@ -1,5 +1,6 @@
 // src/comm.hpp — ThreadComm: the in-process pp::Comm. Every pipeline rank is a thread; messages
-// are copied into per-(src, dst) FIFO queues. Sends are buffered (more lenient than NCCL, which is
+// are copied into per-(src, dst) FIFO queues. A message from GPU memory stays on the GPU: it is a
+// device-to-device copy in, and one out, so stages sharing one GPU never go through the host. Sends are buffered (more lenient than NCCL, which is
 // fine: pp::validate proves each schedule safe with unbuffered sends). Every wait has a timeout,
 // and abort() wakes every waiting rank, so a failure anywhere ends the run instead of hanging it.
 #pragma once
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/device.hpp"
 
 namespace pp {
 
@@ -28,7 +30,7 @@ class ThreadWorld {
     friend class ThreadComm;
     struct Message {
         int tag;
-        std::vector<char> bytes;
+        pt::Array<char> bytes;   // on the sender's device
     };
     int size_;
     double timeout_s_;

@@ -26,6 +26,7 @@ MicroBatch Batch::rows(int first, int count) const {
     mb.task_type_ids = task_type_ids.empty() ? nullptr : task_type_ids.data() + off;
     mb.attention_mask = attention_mask.data() + off;
     mb.targets = targets.data() + off;
+    mb.dev = {mb.input_ids, mb.token_type_ids, mb.task_type_ids, mb.attention_mask};
     return mb;
 }
 

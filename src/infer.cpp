@@ -50,7 +50,7 @@ std::vector<float> logits_of(const LoadedModel& m, const std::vector<int32_t>& i
     for (Layer* l : m.layers) {
         next.assign(l->out_numel(1, b.T), 0.0f);
         auto s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
-        if (auto* hs = dynamic_cast<HeadStash*>(s.get())) return hs->logits;
+        if (auto* hs = dynamic_cast<HeadStash*>(s.get())) return hs->logits.host();
         act.swap(next);
     }
     throw std::logic_error("model without a head");

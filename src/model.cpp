@@ -3,13 +3,12 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/ops.hpp"
 
 namespace pt {
 
 size_t Stash::bytes() const {
     size_t n = 0;
-    for (const auto* b : buffers) n += b->size() * sizeof(float);
+    for (const Buf* b : buffers) n += b->size() * sizeof(float);
     return n;
 }
 
@@ -33,9 +32,11 @@ size_t Layer::add_param(const std::string& name, std::vector<int64_t> shape, boo
 
 void Layer::finish_params() {
     size_t n = params_info.empty() ? 0 : params_info.back().offset + params_info.back().numel;
-    params.assign(n, 0.0f);
-    grads.assign(n, 0.0f);
+    params.zeros(n);
+    grads.zeros(n);
 }
+
+void Layer::to(Device d) { move_to(params, d), move_to(grads, d); }
 
 namespace {
 
@@ -59,8 +60,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 void Layer::init(uint64_t seed, float std_dev) {
+    std::vector<float> host(params.size());   // drawn on the host, then copied to the layer's device
     for (const ParamInfo& p : params_info) {
-        float* w = params.data() + p.offset;
+        float* w = host.data() + p.offset;
         bool is_ln = p.name.find("LayerNorm") != std::string::npos;
         if (is_ln && ends_with(p.name, ".weight")) {
             for (size_t i = 0; i < p.numel; i++) w[i] = 1.0f;
@@ -79,31 +81,59 @@ void Layer::init(uint64_t seed, float std_dev) {
             }
         }
     }
+    params.assign(host, params.device());
 }
 
 namespace {
 
+// The GEMM of the linear layers: fp32, or on bfloat16-rounded inputs with --dtype bf16.
+using Gemm = void (*)(float*, const float*, const float*, const float*, int, int, int, bool, bool, float, float);
+Gemm mm(const RunOptions& o) { return o.bf16 ? dev::gemm_bf16 : dev::gemm; }
+
 // Linear layer with Hugging Face [out, in] weights: out (N, OC) = inp (N, IC) @ W^T + b.
-void linear_forward(float* out, const float* inp, const float* w, const float* b, int N, int IC, int OC) {
-    ops::gemm(out, inp, w, b, N, OC, IC, false, true, 1.0f, 0.0f);
+void linear_forward(const RunOptions& o, float* out, const float* inp, const float* w, const float* b, int N, int IC,
+                    int OC) {
+    mm(o)(out, inp, w, b, N, OC, IC, false, true, 1.0f, 0.0f);
 }
 // dinp (N, IC) += dout (N, OC) @ W
-void linear_backward_input(float* dinp, const float* dout, const float* w, int N, int IC, int OC) {
-    ops::gemm(dinp, dout, w, nullptr, N, IC, OC, false, false, 1.0f, 1.0f);
+void linear_backward_input(const RunOptions& o, float* dinp, const float* dout, const float* w, int N, int IC, int OC) {
+    mm(o)(dinp, dout, w, nullptr, N, IC, OC, false, false, 1.0f, 1.0f);
 }
 // dW (OC, IC) += dout^T @ inp ; db (OC) += column sums of dout
-void linear_backward_weight(float* dw, float* db, const float* dout, const float* inp, int N, int IC, int OC) {
-    ops::gemm(dw, dout, inp, nullptr, OC, IC, N, true, false, 1.0f, 1.0f);
-    if (db) ops::bias_backward(db, dout, N, OC);
+void linear_backward_weight(const RunOptions& o, float* dw, float* db, const float* dout, const float* inp, int N,
+                            int IC, int OC) {
+    mm(o)(dw, dout, inp, nullptr, OC, IC, N, true, false, 1.0f, 1.0f);
+    if (db) dev::bias_backward(db, dout, N, OC);
+}
+
+// Rows `rows` of x (rows of width C) as a new (n, C) array: the embedding lookup is a gather.
+Buf gather_rows(const float* x, const Array<int32_t>& rows, int C) {
+    Buf out(rows.size() * C);
+    dev::embedding_forward(out.data(), rows.data(), x, int(rows.size()), C);
+    return out;
+}
+
+// An int array on this thread's device.
+Array<int32_t> on_device(const std::vector<int32_t>& v) {
+    Array<int32_t> a;
+    a.assign(v);
+    return a;
+}
+
+// The sum in float64 of the per-row losses, read back to the host; counts the rows with a target.
+void sum_losses(HeadStash& s, const Buf& losses) {
+    std::vector<float> l = losses.host();
+    for (size_t i = 0; i < l.size(); i++)
+        if (s.targets[i] != kIgnore) s.loss_sum += l[i], s.num_targets++;
 }
 
 void act_forward(const std::string& act, float* out, const float* inp, int n) {
-    if (act == "relu") ops::relu_forward(out, inp, n);
-    else ops::gelu_forward(out, inp, n);
+    if (act == "relu") dev::relu_forward(out, inp, n);
+    else dev::gelu_forward(out, inp, n);
 }
 void act_backward(const std::string& act, float* dinp, const float* inp, const float* dout, int n) {
-    if (act == "relu") ops::relu_backward(dinp, inp, dout, n);
-    else ops::gelu_backward(dinp, inp, dout, n);
+    if (act == "relu") dev::relu_backward(dinp, inp, dout, n);
+    else dev::gelu_backward(dinp, inp, dout, n);
 }
 
 ops::DropoutKey dropout_key(const RunOptions& opt, const MicroBatch& mb, int layer, int site) {
@@ -114,13 +144,13 @@ ops::DropoutKey dropout_key(const RunOptions& opt, const MicroBatch& mb, int lay
 }
 
 
-std::vector<float> zeros(size_t n) { return std::vector<float>(n, 0.0f); }
+Buf zeros(size_t n) { return Buf(n); }
 
 // ---------------------------------------------------------------------------------------------
 // Embedding: out = dropout(LN(word[ids] + pos[t] + type[types] (+ task[tasks])))
 struct EmbeddingStash : Stash {
-    std::vector<float> e, mean, rstd;   // e (B*T, C): the sum before LayerNorm
-    std::vector<float> dy, de;          // BI → BW: gradient at the LN output and at e
+    Buf e, mean, rstd;   // e (B*T, C): the sum before LayerNorm
+    Buf dy, de;          // BI → BW: gradient at the LN output and at e
     EmbeddingStash() { buffers = {&e, &mean, &rstd, &dy, &de}; }
 };
 
@@ -144,14 +174,14 @@ class Embedding : public Layer {
         auto s = std::make_unique<EmbeddingStash>();
         s->e = zeros(size_t(N) * C);
         s->mean.resize(N), s->rstd.resize(N);
-        std::vector<int32_t> pos = positions(mb.B, mb.T);
-        ops::embedding_forward(s->e.data(), mb.input_ids, P(word_), N, C);
-        ops::embedding_forward(s->e.data(), pos.data(), P(pos_), N, C);
-        ops::embedding_forward(s->e.data(), mb.token_type_ids, P(type_), N, C);
-        if (task_used(mb)) ops::embedding_forward(s->e.data(), mb.task_type_ids, P(task_), N, C);
-        ops::layernorm_forward(out, s->mean.data(), s->rstd.data(), s->e.data(), P(lnw_), P(lnb_), N, C,
+        Array<int32_t> pos = on_device(positions(mb.B, mb.T));
+        dev::embedding_forward(s->e.data(), mb.dev.input_ids, P(word_), N, C);
+        dev::embedding_forward(s->e.data(), pos.data(), P(pos_), N, C);
+        dev::embedding_forward(s->e.data(), mb.dev.token_type_ids, P(type_), N, C);
+        if (task_used(mb)) dev::embedding_forward(s->e.data(), mb.dev.task_type_ids, P(task_), N, C);
+        dev::layernorm_forward(out, s->mean.data(), s->rstd.data(), s->e.data(), P(lnw_), P(lnb_), N, C,
                                cfg_.layer_norm_eps);
-        ops::dropout_forward(out, out, opt.train ? opt.hidden_dropout : 0.0f, dropout_key(opt, mb, index_, 0), N * C);
+        dev::dropout_forward(out, out, opt.train ? opt.hidden_dropout : 0.0f, dropout_key(opt, mb, index_, 0), N * C);
         return s;
     }
     // Nothing flows further back: BI only prepares dL/de so that BW is pure scatter-adds.
@@ -159,26 +189,26 @@ class Embedding : public Layer {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
         s.dy = zeros(size_t(N) * C);
-        ops::dropout_backward(s.dy.data(), dout, opt.train ? opt.hidden_dropout : 0.0f,
+        dev::dropout_backward(s.dy.data(), dout, opt.train ? opt.hidden_dropout : 0.0f,
                               dropout_key(opt, mb, index_, 0), N * C);
         s.de = zeros(size_t(N) * C);
-        ops::layernorm_backward(s.de.data(), nullptr, nullptr, s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
+        dev::layernorm_backward(s.de.data(), nullptr, nullptr, s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
     }
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
-        std::vector<int32_t> pos = positions(mb.B, mb.T);
-        ops::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
+        Array<int32_t> pos = on_device(positions(mb.B, mb.T));
+        dev::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
-        ops::embedding_backward(G(word_), s.de.data(), mb.input_ids, N, C);
-        ops::embedding_backward(G(pos_), s.de.data(), pos.data(), N, C);
-        ops::embedding_backward(G(type_), s.de.data(), mb.token_type_ids, N, C);
-        if (task_used(mb)) ops::embedding_backward(G(task_), s.de.data(), mb.task_type_ids, N, C);
+        dev::embedding_backward(G(word_), s.de.data(), mb.dev.input_ids, N, C);
+        dev::embedding_backward(G(pos_), s.de.data(), pos.data(), N, C);
+        dev::embedding_backward(G(type_), s.de.data(), mb.dev.token_type_ids, N, C);
+        if (task_used(mb)) dev::embedding_backward(G(task_), s.de.data(), mb.dev.task_type_ids, N, C);
     }
 
  private:
-    bool task_used(const MicroBatch& mb) const { return cfg_.use_task_id && mb.task_type_ids; }
+    bool task_used(const MicroBatch& mb) const { return cfg_.use_task_id && mb.dev.task_type_ids; }
     static std::vector<int32_t> positions(int B, int T) {
         std::vector<int32_t> pos(size_t(B) * T);
         for (int b = 0; b < B; b++)
@@ -193,10 +223,10 @@ class Embedding : public Layer {
 // Block (post-LN):  a = LN1(x + drop(Attn(x)))   y = LN2(a + drop(W2 act(W1 a + b1) + b2))
 struct BlockStash : Stash {
     // forward, all (N, C) unless noted; N = B*T
-    std::vector<float> x, q, k, v, att /* (B, NH, T, T) */, yatt, r1, mean1, rstd1, a,
+    Buf x, q, k, v, att /* (B, NH, T, T) */, yatt, r1, mean1, rstd1, a,
         h /* (N, I) */, g /* (N, I) */, r2, mean2, rstd2;
     // BI → BW: the gradients at each weight's output
-    std::vector<float> dy, df, dh, da, dproj, dq, dk, dv;
+    Buf dy, df, dh, da, dproj, dq, dk, dv;
     BlockStash() {
         buffers = {&x, &q, &k, &v, &att, &yatt, &r1, &mean1, &rstd1, &a, &h, &g, &r2, &mean2, &rstd2,
                    &dy, &df, &dh, &da, &dproj, &dq, &dk, &dv};
@@ -234,29 +264,29 @@ class Block : public Layer {
         size_t NC = size_t(N) * C, NI = size_t(N) * I;
         float eps = cfg_.layer_norm_eps;
         auto s = std::make_unique<BlockStash>();
-        s->x.assign(in, in + NC);
+        s->x.assign(in, NC);
         s->q.resize(NC), s->k.resize(NC), s->v.resize(NC), s->yatt.resize(NC);
         s->att.resize(size_t(B) * NH * T * T);
-        linear_forward(s->q.data(), in, P(wq_), P(bq_), N, C, C);
-        linear_forward(s->k.data(), in, P(wk_), P(bk_), N, C, C);
-        linear_forward(s->v.data(), in, P(wv_), P(bv_), N, C, C);
-        ops::attention_forward(s->yatt.data(), s->att.data(), s->q.data(), s->k.data(), s->v.data(),
-                               mb.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
-        std::vector<float> o(NC);
-        linear_forward(o.data(), s->yatt.data(), P(wo_), P(bo_), N, C, C);
-        ops::dropout_forward(o.data(), o.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
+        linear_forward(opt, s->q.data(), in, P(wq_), P(bq_), N, C, C);
+        linear_forward(opt, s->k.data(), in, P(wk_), P(bk_), N, C, C);
+        linear_forward(opt, s->v.data(), in, P(wv_), P(bv_), N, C, C);
+        dev::attention_forward(s->yatt.data(), s->att.data(), s->q.data(), s->k.data(), s->v.data(),
+                               mb.dev.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
+        Buf o(NC);
+        linear_forward(opt, o.data(), s->yatt.data(), P(wo_), P(bo_), N, C, C);
+        dev::dropout_forward(o.data(), o.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
         s->r1.resize(NC), s->a.resize(NC), s->mean1.resize(N), s->rstd1.resize(N);
-        ops::add_forward(s->r1.data(), in, o.data(), int(NC));
-        ops::layernorm_forward(s->a.data(), s->mean1.data(), s->rstd1.data(), s->r1.data(), P(ln1w_), P(ln1b_), N, C, eps);
+        dev::add_forward(s->r1.data(), in, o.data(), int(NC));
+        dev::layernorm_forward(s->a.data(), s->mean1.data(), s->rstd1.data(), s->r1.data(), P(ln1w_), P(ln1b_), N, C, eps);
         s->h.resize(NI), s->g.resize(NI);
-        linear_forward(s->h.data(), s->a.data(), P(w1_), P(b1_), N, C, I);
+        linear_forward(opt, s->h.data(), s->a.data(), P(w1_), P(b1_), N, C, I);
         act_forward(cfg_.hidden_act, s->g.data(), s->h.data(), int(NI));
-        std::vector<float>& f = o;   // reuse: FFN output (N, C)
-        linear_forward(f.data(), s->g.data(), P(w2_), P(b2_), N, I, C);
-        ops::dropout_forward(f.data(), f.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
+        Buf& f = o;   // reuse: FFN output (N, C)
+        linear_forward(opt, f.data(), s->g.data(), P(w2_), P(b2_), N, I, C);
+        dev::dropout_forward(f.data(), f.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
         s->r2.resize(NC), s->mean2.resize(N), s->rstd2.resize(N);
-        ops::add_forward(s->r2.data(), s->a.data(), f.data(), int(NC));
-        ops::layernorm_forward(out, s->mean2.data(), s->rstd2.data(), s->r2.data(), P(ln2w_), P(ln2b_), N, C, eps);
+        dev::add_forward(s->r2.data(), s->a.data(), f.data(), int(NC));
+        dev::layernorm_forward(out, s->mean2.data(), s->rstd2.data(), s->r2.data(), P(ln2w_), P(ln2b_), N, C, eps);
         return s;
     }
 
@@ -265,46 +295,46 @@ class Block : public Layer {
         int B = mb.B, T = mb.T, C = cfg_.hidden_size, I = cfg_.intermediate_size, N = B * T;
         int NH = cfg_.num_attention_heads, HS = cfg_.head_size();
         size_t NC = size_t(N) * C, NI = size_t(N) * I;
-        s.dy.assign(dout, dout + NC);
-        std::vector<float> dr2 = zeros(NC);
-        ops::layernorm_backward(dr2.data(), nullptr, nullptr, dout, s.r2.data(), P(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
+        s.dy.assign(dout, NC);
+        Buf dr2 = zeros(NC);
+        dev::layernorm_backward(dr2.data(), nullptr, nullptr, dout, s.r2.data(), P(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
         // FFN branch
         s.df = zeros(NC);
-        ops::dropout_backward(s.df.data(), dr2.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
-        std::vector<float> dg = zeros(NI);
-        linear_backward_input(dg.data(), s.df.data(), P(w2_), N, I, C);
+        dev::dropout_backward(s.df.data(), dr2.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
+        Buf dg = zeros(NI);
+        linear_backward_input(opt, dg.data(), s.df.data(), P(w2_), N, I, C);
         s.dh = zeros(NI);
         act_backward(cfg_.hidden_act, s.dh.data(), s.h.data(), dg.data(), int(NI));
         s.da = dr2;   // the residual path a → r2
-        linear_backward_input(s.da.data(), s.dh.data(), P(w1_), N, C, I);
+        linear_backward_input(opt, s.da.data(), s.dh.data(), P(w1_), N, C, I);
         // attention branch
-        std::vector<float> dr1 = zeros(NC);
-        ops::layernorm_backward(dr1.data(), nullptr, nullptr, s.da.data(), s.r1.data(), P(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
+        Buf dr1 = zeros(NC);
+        dev::layernorm_backward(dr1.data(), nullptr, nullptr, s.da.data(), s.r1.data(), P(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
         s.dproj = zeros(NC);
-        ops::dropout_backward(s.dproj.data(), dr1.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
-        std::vector<float> dyatt = zeros(NC);
-        linear_backward_input(dyatt.data(), s.dproj.data(), P(wo_), N, C, C);
+        dev::dropout_backward(s.dproj.data(), dr1.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
+        Buf dyatt = zeros(NC);
+        linear_backward_input(opt, dyatt.data(), s.dproj.data(), P(wo_), N, C, C);
         s.dq = zeros(NC), s.dk = zeros(NC), s.dv = zeros(NC);
-        ops::attention_backward(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.att.data(), s.q.data(),
+        dev::attention_backward(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.att.data(), s.q.data(),
                                 s.k.data(), s.v.data(), p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
         // din += the residual path x → r1, then the three projections, in a fixed order
-        ops::accumulate(din, dr1.data(), int(NC));
-        linear_backward_input(din, s.dq.data(), P(wq_), N, C, C);
-        linear_backward_input(din, s.dk.data(), P(wk_), N, C, C);
-        linear_backward_input(din, s.dv.data(), P(wv_), N, C, C);
+        dev::accumulate(din, dr1.data(), int(NC));
+        linear_backward_input(opt, din, s.dq.data(), P(wq_), N, C, C);
+        linear_backward_input(opt, din, s.dk.data(), P(wk_), N, C, C);
+        linear_backward_input(opt, din, s.dv.data(), P(wv_), N, C, C);
     }
 
-    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
+    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<BlockStash&>(st);
         int C = cfg_.hidden_size, I = cfg_.intermediate_size, N = mb.B * mb.T;
-        ops::layernorm_backward(nullptr, G(ln2w_), G(ln2b_), s.dy.data(), s.r2.data(), P(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
-        linear_backward_weight(G(w2_), G(b2_), s.df.data(), s.g.data(), N, I, C);
-        linear_backward_weight(G(w1_), G(b1_), s.dh.data(), s.a.data(), N, C, I);
-        ops::layernorm_backward(nullptr, G(ln1w_), G(ln1b_), s.da.data(), s.r1.data(), P(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
-        linear_backward_weight(G(wo_), G(bo_), s.dproj.data(), s.yatt.data(), N, C, C);
-        linear_backward_weight(G(wq_), G(bq_), s.dq.data(), s.x.data(), N, C, C);
-        linear_backward_weight(G(wk_), G(bk_), s.dk.data(), s.x.data(), N, C, C);
-        linear_backward_weight(G(wv_), G(bv_), s.dv.data(), s.x.data(), N, C, C);
+        dev::layernorm_backward(nullptr, G(ln2w_), G(ln2b_), s.dy.data(), s.r2.data(), P(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
+        linear_backward_weight(opt, G(w2_), G(b2_), s.df.data(), s.g.data(), N, I, C);
+        linear_backward_weight(opt, G(w1_), G(b1_), s.dh.data(), s.a.data(), N, C, I);
+        dev::layernorm_backward(nullptr, G(ln1w_), G(ln1b_), s.da.data(), s.r1.data(), P(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
+        linear_backward_weight(opt, G(wo_), G(bo_), s.dproj.data(), s.yatt.data(), N, C, C);
+        linear_backward_weight(opt, G(wq_), G(bq_), s.dq.data(), s.x.data(), N, C, C);
+        linear_backward_weight(opt, G(wk_), G(bk_), s.dk.data(), s.x.data(), N, C, C);
+        linear_backward_weight(opt, G(wv_), G(bv_), s.dv.data(), s.x.data(), N, C, C);
     }
 
  private:
@@ -315,12 +345,19 @@ class Block : public Layer {
 };
 
 // pooled (B, C) = tanh(Wp h[b, 0] + bp): the [CLS] row of each sequence through the pooler.
-std::vector<float> pool(const float* h, int B, int T, int C, const float* w, const float* b) {
-    std::vector<float> cls(size_t(B) * C), pre(size_t(B) * C), out(size_t(B) * C);
-    for (int i = 0; i < B; i++) std::copy(h + size_t(i) * T * C, h + (size_t(i) * T + 1) * C, cls.begin() + size_t(i) * C);
-    linear_forward(pre.data(), cls.data(), w, b, B, C, C);
-    ops::tanh_forward(out.data(), pre.data(), B * C);
+Buf pool(const RunOptions& opt, const float* h, int B, int T, int C, const float* w, const float* b) {
+    std::vector<int32_t> cls_rows(B);
+    for (int i = 0; i < B; i++) cls_rows[i] = i * T;
+    Buf cls = gather_rows(h, on_device(cls_rows), C), pre(size_t(B) * C), out(size_t(B) * C);
+    linear_forward(opt, pre.data(), cls.data(), w, b, B, C, C);
+    dev::tanh_forward(out.data(), pre.data(), B * C);
     return out;
+}
+
+// The loss sum as the head's one output element (nobody sends it; it keeps the layer interface).
+void write_loss(float* out, double loss_sum) {
+    float v = float(loss_sum);
+    copy_bytes(out, &v, sizeof v);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -354,52 +391,49 @@ class Head : public Layer {
         for (int r = 0; r < NT; r++)
             if (opt.all_logits || mb.targets[r] != kIgnore) s->rows.push_back(r), s->targets.push_back(mb.targets[r]);
         int n = int(s->rows.size());
-        s->h.resize(size_t(n) * C);
-        for (int i = 0; i < n; i++)
-            std::copy(in + size_t(s->rows[i]) * C, in + size_t(s->rows[i] + 1) * C, s->h.begin() + size_t(i) * C);
+        s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);
+        s->h = gather_rows(in, s->rows_dev, C);
         s->t.resize(size_t(n) * C), s->u.resize(size_t(n) * C), s->z.resize(size_t(n) * C);
         s->mean.resize(n), s->rstd.resize(n), s->logits.resize(size_t(n) * V);
         if (n > 0) {
-            linear_forward(s->t.data(), s->h.data(), P(wt_), P(bt_), n, C, C);
+            linear_forward(opt, s->t.data(), s->h.data(), P(wt_), P(bt_), n, C, C);
             act_forward(cfg_.hidden_act, s->u.data(), s->t.data(), n * C);
-            ops::layernorm_forward(s->z.data(), s->mean.data(), s->rstd.data(), s->u.data(), P(lnw_), P(lnb_), n, C,
+            dev::layernorm_forward(s->z.data(), s->mean.data(), s->rstd.data(), s->u.data(), P(lnw_), P(lnb_), n, C,
                                    cfg_.layer_norm_eps);
-            linear_forward(s->logits.data(), s->z.data(), P(emb_), P(bias_), n, C, V);
-            std::vector<float> losses(n);
-            ops::crossentropy_forward(losses.data(), s->logits.data(), s->targets.data(), n, V);
-            for (int i = 0; i < n; i++)
-                if (s->targets[i] != kIgnore) s->loss_sum += losses[i], s->num_targets++;
+            linear_forward(opt, s->logits.data(), s->z.data(), P(emb_), P(bias_), n, C, V);
+            Buf losses(n);
+            dev::crossentropy_forward(losses.data(), s->logits.data(), s->targets_dev.data(), n, V);
+            sum_losses(*s, losses);
         }
-        if (opt.all_logits) s->pooled = pool(in, mb.B, mb.T, C, P(pw_), P(pb_));
-        out[0] = float(s->loss_sum);
+        if (opt.all_logits) s->pooled = pool(opt, in, mb.B, mb.T, C, P(pw_), P(pb_));
+        write_loss(out, s->loss_sum);
         return s;
     }
 
-    void backward_input(float* din, const float*, Stash& st, const MicroBatch& mb, const RunOptions&) override {
+    void backward_input(float* din, const float*, Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, V = cfg_.vocab_size, n = int(s.rows.size());
         if (n == 0) return;
         s.dlogits = zeros(size_t(n) * V);
-        ops::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets.data(), mb.loss_scale, n, V);
+        dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, n, V);
         s.dz = zeros(size_t(n) * C);
-        linear_backward_input(s.dz.data(), s.dlogits.data(), P(emb_), n, C, V);
-        std::vector<float> du = zeros(size_t(n) * C);
-        ops::layernorm_backward(du.data(), nullptr, nullptr, s.dz.data(), s.u.data(), P(lnw_), s.mean.data(), s.rstd.data(), n, C);
+        linear_backward_input(opt, s.dz.data(), s.dlogits.data(), P(emb_), n, C, V);
+        Buf du = zeros(size_t(n) * C);
+        dev::layernorm_backward(du.data(), nullptr, nullptr, s.dz.data(), s.u.data(), P(lnw_), s.mean.data(), s.rstd.data(), n, C);
         s.dt = zeros(size_t(n) * C);
         act_backward(cfg_.hidden_act, s.dt.data(), s.t.data(), du.data(), n * C);
-        std::vector<float> dh = zeros(size_t(n) * C);
-        linear_backward_input(dh.data(), s.dt.data(), P(wt_), n, C, C);
-        for (int i = 0; i < n; i++)   // scatter back to the (B, T) rows; rows are distinct
-            ops::accumulate(din + size_t(s.rows[i]) * C, dh.data() + size_t(i) * C, C);
+        Buf dh = zeros(size_t(n) * C);
+        linear_backward_input(opt, dh.data(), s.dt.data(), P(wt_), n, C, C);
+        dev::embedding_backward(din, dh.data(), s.rows_dev.data(), n, C);   // scatter-add to the (B, T) rows
     }
 
-    void backward_weight(Stash& st, const MicroBatch&, const RunOptions&) override {
+    void backward_weight(Stash& st, const MicroBatch&, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, V = cfg_.vocab_size, n = int(s.rows.size());
         if (n == 0) return;
-        linear_backward_weight(G(emb_), G(bias_), s.dlogits.data(), s.z.data(), n, C, V);
-        ops::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dz.data(), s.u.data(), P(lnw_), s.mean.data(), s.rstd.data(), n, C);
-        linear_backward_weight(G(wt_), G(bt_), s.dt.data(), s.h.data(), n, C, C);
+        linear_backward_weight(opt, G(emb_), G(bias_), s.dlogits.data(), s.z.data(), n, C, V);
+        dev::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dz.data(), s.u.data(), P(lnw_), s.mean.data(), s.rstd.data(), n, C);
+        linear_backward_weight(opt, G(wt_), G(bt_), s.dt.data(), s.h.data(), n, C, C);
     }
 
  private:
@@ -428,23 +462,20 @@ class ClassifierHead : public Layer {
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
         auto s = std::make_unique<HeadStash>();
         s->buffers = {&s->h, &s->t, &s->u, &s->logits, &s->dlogits, &s->dt};
-        s->h.resize(size_t(B) * C);
-        for (int b = 0; b < B; b++) {
-            s->rows.push_back(b * mb.T), s->targets.push_back(mb.targets[size_t(b) * mb.T]);
-            std::copy(in + size_t(b) * mb.T * C, in + (size_t(b) * mb.T + 1) * C, s->h.begin() + size_t(b) * C);
-        }
+        for (int b = 0; b < B; b++) s->rows.push_back(b * mb.T), s->targets.push_back(mb.targets[size_t(b) * mb.T]);
+        s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);
+        s->h = gather_rows(in, s->rows_dev, C);
         s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);
-        std::vector<float> pre(size_t(B) * C);
-        linear_forward(pre.data(), s->h.data(), P(pw_), P(pb_), B, C, C);
-        ops::tanh_forward(s->t.data(), pre.data(), B * C);
-        ops::dropout_forward(s->u.data(), s->t.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
-        linear_forward(s->logits.data(), s->u.data(), P(cw_), P(cb_), B, C, L);
-        std::vector<float> losses(B);
-        ops::crossentropy_forward(losses.data(), s->logits.data(), s->targets.data(), B, L);
-        for (int b = 0; b < B; b++)
-            if (s->targets[b] != kIgnore) s->loss_sum += losses[b], s->num_targets++;
+        Buf pre(size_t(B) * C);
+        linear_forward(opt, pre.data(), s->h.data(), P(pw_), P(pb_), B, C, C);
+        dev::tanh_forward(s->t.data(), pre.data(), B * C);
+        dev::dropout_forward(s->u.data(), s->t.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
+        linear_forward(opt, s->logits.data(), s->u.data(), P(cw_), P(cb_), B, C, L);
+        Buf losses(B);
+        dev::crossentropy_forward(losses.data(), s->logits.data(), s->targets_dev.data(), B, L);
+        sum_losses(*s, losses);
         s->pooled = s->t;
-        out[0] = float(s->loss_sum);
+        write_loss(out, s->loss_sum);
         return s;
     }
 
@@ -452,22 +483,22 @@ class ClassifierHead : public Layer {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
         s.dlogits = zeros(size_t(B) * L);
-        ops::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets.data(), mb.loss_scale, B, L);
-        std::vector<float> du = zeros(size_t(B) * C), dp = zeros(size_t(B) * C);
-        linear_backward_input(du.data(), s.dlogits.data(), P(cw_), B, C, L);
-        ops::dropout_backward(dp.data(), du.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
+        dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, B, L);
+        Buf du = zeros(size_t(B) * C), dp = zeros(size_t(B) * C);
+        linear_backward_input(opt, du.data(), s.dlogits.data(), P(cw_), B, C, L);
+        dev::dropout_backward(dp.data(), du.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
         s.dt = zeros(size_t(B) * C);   // gradient before tanh
-        ops::tanh_backward(s.dt.data(), s.t.data(), dp.data(), B * C);
-        std::vector<float> dh = zeros(size_t(B) * C);
-        linear_backward_input(dh.data(), s.dt.data(), P(pw_), B, C, C);
-        for (int b = 0; b < B; b++) ops::accumulate(din + size_t(b) * mb.T * C, dh.data() + size_t(b) * C, C);
+        dev::tanh_backward(s.dt.data(), s.t.data(), dp.data(), B * C);
+        Buf dh = zeros(size_t(B) * C);
+        linear_backward_input(opt, dh.data(), s.dt.data(), P(pw_), B, C, C);
+        dev::embedding_backward(din, dh.data(), s.rows_dev.data(), B, C);   // back to the [CLS] rows
     }
 
-    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
+    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
-        linear_backward_weight(G(cw_), G(cb_), s.dlogits.data(), s.u.data(), B, C, L);
-        linear_backward_weight(G(pw_), G(pb_), s.dt.data(), s.h.data(), B, C, C);
+        linear_backward_weight(opt, G(cw_), G(cb_), s.dlogits.data(), s.u.data(), B, C, L);
+        linear_backward_weight(opt, G(pw_), G(pb_), s.dt.data(), s.h.data(), B, C, C);
     }
 
  private:

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/config.hpp"
+#include "src/device.hpp"
 
 namespace pt {
 
@@ -28,6 +29,12 @@ struct MicroBatch {
     const int32_t* task_type_ids = nullptr;   // null: all zero
     const int32_t* attention_mask = nullptr;  // 1 real, 0 padding; null: no padding
     const int32_t* targets = nullptr;         // kIgnore where no loss
+    // The token arrays the kernels read: the host arrays above on the CPU, device copies on a GPU
+    // (TransformerStage uploads each step's batch once).
+    struct {
+        const int32_t *input_ids = nullptr, *token_type_ids = nullptr, *task_type_ids = nullptr,
+                      *attention_mask = nullptr;
+    } dev;
     uint32_t step = 0;         // optimizer step, part of the dropout key
     uint32_t index = 0;        // global micro-batch index, part of the dropout key
     float loss_scale = 1.0f;   // 1 / (number of targets in the global batch)
@@ -41,6 +48,7 @@ struct RunOptions {
     uint64_t seed = 0;
     float hidden_dropout = 0.0f;
     float attention_dropout = 0.0f;
+    bool bf16 = false;          // --dtype bf16: the linear layers' GEMMs on bfloat16 inputs
 };
 
 struct ParamInfo {
@@ -55,7 +63,7 @@ struct ParamInfo {
 // What a layer keeps between its forward and its backward for one micro-batch.
 struct Stash {
     virtual ~Stash() = default;
-    std::vector<std::vector<float>*> buffers;   // for byte accounting
+    std::vector<Buf*> buffers;   // for byte accounting
     size_t bytes() const;
 };
 
@@ -66,8 +74,9 @@ class Layer {
     int index() const { return index_; }   // position in the whole model: dropout key, names
 
     std::vector<ParamInfo> params_info;
-    std::vector<float> params, grads;       // flat buffers
+    Buf params, grads;                      // flat buffers, on the layer's device
     float* param(const std::string& name);  // throws if absent
+    void to(Device d);                      // moves params and grads (from a thread on d or on the CPU)
 
     // Output elements per micro-batch: B*T*C for Embedding and Block, 1 (the loss sum) for Head.
     virtual size_t out_numel(int B, int T) const = 0;
@@ -104,8 +113,9 @@ const ParamInfo* tied_param(const Layer& layer);
 // Head internals exposed for eval / dumps: the logits of the last forward (rows as computed),
 // and the pooled [CLS] output tanh(Wp h[:, 0] + bp) of each sequence (eval only for MLM).
 struct HeadStash : Stash {
-    std::vector<float> h, t, u, z, mean, rstd, logits, dlogits, dz, dt, pooled;
+    Buf h, t, u, z, mean, rstd, logits, dlogits, dz, dt, pooled;
     std::vector<int32_t> rows, targets;   // which (b, t) rows were computed, and their targets
+    Array<int32_t> rows_dev, targets_dev; // the same on the layer's device
     double loss_sum = 0;
     int64_t num_targets = 0;
 };

@@ -24,11 +24,19 @@ void TransformerStage::begin_step(const Batch* batch, int mb_rows, int first_mic
     batch_ = batch, mb_rows_ = mb_rows, first_mb_ = first_microbatch, step_ = step, loss_scale_ = loss_scale;
     loss_sum_ = 0, num_targets_ = 0;
     inflight_.clear();
+    if (current_device().cuda) {
+        ids_.assign(batch->input_ids), types_.assign(batch->token_type_ids);
+        tasks_.assign(batch->task_type_ids), mask_.assign(batch->attention_mask);
+    }
     live_bytes_ = 0;
 }
 
 void TransformerStage::zero_grads() {
-    for (Layer* l : layers()) std::fill(l->grads.begin(), l->grads.end(), 0.0f);
+    for (Layer* l : layers()) l->grads.zeros(l->grads.size(), l->grads.device());
+}
+
+void TransformerStage::to(Device d) {
+    for (Layer* l : layers()) l->to(d);
 }
 
 std::vector<Layer*> TransformerStage::layers() {
@@ -55,6 +63,11 @@ MicroBatch TransformerStage::micro_batch(int m) const {
     if (!batch_) throw std::logic_error("TransformerStage: begin_step was not called");
     MicroBatch mb = batch_->rows(m * mb_rows_, mb_rows_);
     mb.step = step_, mb.index = uint32_t(first_mb_ + m), mb.loss_scale = loss_scale_;
+    if (current_device().cuda) {
+        size_t off = size_t(m) * mb_rows_ * batch_->T;
+        mb.dev = {ids_.data() + off, types_.data() + off, tasks_.empty() ? nullptr : tasks_.data() + off,
+                  mask_.data() + off};
+    }
     return mb;
 }
 
@@ -74,8 +87,8 @@ void TransformerStage::account(InFlight& f) {
 pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     size_t n = size_t(mb_rows_) * batch_->T * cfg_.hidden_size;
-    std::vector<float>& v = op == pp::Op::F ? f.input : f.grad_out;
-    v.assign(n, 0.0f);
+    Buf& v = op == pp::Op::F ? f.input : f.grad_out;
+    v.zeros(n);
     account(f);
     return {v.data(), n * sizeof(float)};
 }
@@ -85,10 +98,10 @@ pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) 
 void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputing) {
     MicroBatch mb = micro_batch(m);
     const float* in = f.input.empty() ? nullptr : f.input.data();
-    std::vector<float> out;
+    Buf out;
     f.stash.clear();
     for (auto& layer : chunks_[chunk]) {
-        std::vector<float> next(layer->out_numel(mb.B, mb.T));
+        Buf next(layer->out_numel(mb.B, mb.T));
         f.stash.push_back(layer->forward(next.data(), in, mb, opt_));
         out.swap(next);
         in = out.data();
@@ -119,10 +132,10 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     }
     MicroBatch mb = micro_batch(microbatch);
     auto& layers = chunks_[chunk];
-    std::vector<float> dout = std::move(f.grad_out), din;
+    Buf dout = std::move(f.grad_out), din;
     for (int i = int(layers.size()) - 1; i >= 0; i--) {
         bool first_layer = layers[i]->index() == 0;
-        din.assign(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size, 0.0f);
+        din.zeros(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size);
         layers[i]->backward_input(first_layer ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(),
                                   *f.stash[i], mb, opt_);
         dout.swap(din);

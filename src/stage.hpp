@@ -31,6 +31,7 @@ class TransformerStage : public pp::Stage {
     int64_t num_targets() const { return num_targets_; }
 
     void zero_grads();
+    void to(Device d);                                 // moves every layer's parameters and gradients
     std::vector<Layer*> layers();                      // every layer of every chunk, in model order
     bool has_layer(int index) const;
     Layer* layer(int index);                           // null if not here
@@ -47,8 +48,8 @@ class TransformerStage : public pp::Stage {
 
  private:
     struct InFlight {   // one (micro-batch, chunk)
-        std::vector<float> input;                 // received activation (empty on the first layer)
-        std::vector<float> grad_out;              // received gradient
+        Buf input;                                // received activation (empty on the first layer)
+        Buf grad_out;                             // received gradient
         std::vector<std::unique_ptr<Stash>> stash;   // one per layer of the chunk (empty when recomputed)
         size_t bytes = 0;
     };
@@ -60,8 +61,10 @@ class TransformerStage : public pp::Stage {
     // What the last forward / backward produced for the executor to send. Valid until the next
     // call of the same kind: the executor sends right after the op, or (interleaved) after the
     // forward-backward pair, which is why forward and backward have separate buffers.
-    static pp::Buffer view(std::vector<float>& v) { return {v.empty() ? nullptr : v.data(), v.size() * sizeof(float)}; }
-    std::vector<float> fwd_out_, bwd_out_;
+    static pp::Buffer view(Buf& v) { return {v.empty() ? nullptr : v.data(), v.size() * sizeof(float)}; }
+    Buf fwd_out_, bwd_out_;
+    // On a GPU, this step's token arrays copied to the device once (see MicroBatch::dev).
+    Array<int32_t> ids_, types_, tasks_, mask_;
 
     ModelConfig cfg_;
     std::vector<std::vector<std::unique_ptr<Layer>>> chunks_;

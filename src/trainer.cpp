@@ -20,6 +20,10 @@
 #include "src/args.hpp"
 #include "src/checkpoint.hpp"
 #include "src/comm.hpp"
+#include "src/device.hpp"
+#ifdef PIPETRAIN_NCCL
+#include "src/nccl_comm.hpp"
+#endif
 #include "src/io.hpp"
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
@@ -201,7 +205,11 @@ double lr_at(int step, int steps, int warmup, double lr) {
 constexpr int kSlotsPerLayer = 32;
 
 struct Optimizer {   // AdamW moments, one flat buffer per layer like the parameters
-    std::vector<std::vector<float>> m, v;
+    std::vector<Buf> m, v;
+    void to(Device d) {
+        for (Buf& b : m) move_to(b, d);
+        for (Buf& b : v) move_to(b, d);
+    }
 };
 
 // Runs the steps for one rank (one thread). Everything shared is passed in `World`.
@@ -209,6 +217,8 @@ struct World {
     const Setup* setup = nullptr;
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
     int start_step = 0, save_every = 0, keep = 2;   // --resume, --save-every, --keep
+    Device device;                                     // --device: rank r on GPU (index + r) mod count
+    int gpus = 0;
     std::string out, save_format = "hf";
     nlohmann::json state;                              // trainer_state.json: what an exact resume needs
     double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
@@ -252,18 +262,18 @@ void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
     TiedCopies t = tied_copies(w, stage, d, true);
     if (t.n == 0) return;
     if (t.peer < 0) {   // both on this rank
-        ops::accumulate(t.emb, t.head, int(t.n));
-        std::copy(t.emb, t.emb + t.n, t.head);
+        dev::accumulate(t.emb, t.head, int(t.n));
+        copy_bytes(t.head, t.emb, t.n * sizeof(float));
         return;
     }
-    std::vector<float> other(t.n);   // ranks 0 and P-1 swap their halves
+    Buf other(t.n);   // ranks 0 and P-1 swap their halves
     float* mine = t.emb ? t.emb : t.head;
     comm.group({{true, mine, t.n * sizeof(float), t.peer, 9001}, {false, other.data(), t.n * sizeof(float), t.peer, 9001}});
     if (t.emb) {
-        ops::accumulate(t.emb, other.data(), int(t.n));
+        dev::accumulate(t.emb, other.data(), int(t.n));
     } else {
-        ops::accumulate(other.data(), t.head, int(t.n));
-        std::copy(other.begin(), other.end(), t.head);
+        dev::accumulate(other.data(), t.head, int(t.n));
+        copy_bytes(t.head, other.data(), t.n * sizeof(float));
     }
 }
 
@@ -271,14 +281,16 @@ void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
 void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
     TiedCopies t = tied_copies(w, stage, d, false);
     if (t.n == 0) return;
-    std::vector<float> other;
+    Buf other;
     if (t.peer >= 0) {
         other.resize(t.n);
         float* mine = t.emb ? t.emb : t.head;
         comm.group({{true, mine, t.n * sizeof(float), t.peer, 9002}, {false, other.data(), t.n * sizeof(float), t.peer, 9002}});
         (t.emb ? t.head : t.emb) = other.data();
     }
-    if (std::memcmp(t.emb, t.head, t.n * sizeof(float)) != 0)
+    std::vector<float> a(t.n), b(t.n);   // compared on the host: a GPU's copies are read back
+    copy_bytes(a.data(), t.emb, t.n * sizeof(float)), copy_bytes(b.data(), t.head, t.n * sizeof(float));
+    if (std::memcmp(a.data(), b.data(), t.n * sizeof(float)) != 0)
         throw std::runtime_error("tied word embedding copies differ after the optimizer step");
 }
 
@@ -344,10 +356,16 @@ void load_resume_state(World& w, const std::string& dir) {
                     std::vector<float> x = f.to_f32(name + suffix);
                     if (x.size() != pi.numel)
                         throw std::runtime_error(f.path + ": " + name + suffix + " has the wrong size");
-                    std::copy(x.begin(), x.end(), buf->begin() + pi.offset);
+                    std::copy(x.begin(), x.end(), buf->vec().begin() + long(pi.offset));
                 }
             }
     }
+}
+
+Device device_of_rank(const World& w, int rank) {
+    Device dev = w.device;
+    if (dev.cuda) dev.index = (dev.index + rank) % w.gpus;
+    return dev;
 }
 
 void run_rank(World& w, pp::Comm& comm, int rank) {
@@ -355,6 +373,12 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     int p = rank % w.P, d = rank / w.P;
     ops::set_num_threads(w.threads);
     TransformerStage& stage = *w.stages[rank];
+    // Weights and moments were made on the host; they move to this rank's device for the run,
+    // and to the host for a checkpoint or an evaluation (a no-op on the CPU).
+    Device mine = device_of_rank(w, rank);
+    set_device(mine, rank);
+    stage.to(mine);
+    w.optim[rank].to(mine);
     std::vector<int> pp_group, dp_group;
     for (int i = 0; i < w.P; i++) pp_group.push_back(d * w.P + i);
     for (int i = 0; i < w.D; i++) dp_group.push_back(i * w.P + p);
@@ -386,9 +410,11 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
         if (!w.dump_grads.empty() && step == 0 && d == 0) {
             std::lock_guard<std::mutex> lock(w.mu);
-            for (Layer* l : stage.layers())
+            for (Layer* l : stage.layers()) {
+                std::vector<float> g = l->grads.host();
                 for (const ParamInfo& pi : l->params_info)
-                    if (!pi.tied) w.grads_dump.add_f32(pi.name, pi.shape, l->grads.data() + pi.offset);
+                    if (!pi.tied) w.grads_dump.add_f32(pi.name, pi.shape, g.data() + pi.offset);
+            }
         }
 
         // Global gradient norm from per-tensor float64 partials, summed in model order.
@@ -396,7 +422,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         for (Layer* l : stage.layers())
             for (size_t i = 0; i < l->params_info.size(); i++) {
                 const ParamInfo& pi = l->params_info[i];
-                if (!pi.tied) partial[l->index() * kSlotsPerLayer + i] = ops::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
+                if (!pi.tied) partial[l->index() * kSlotsPerLayer + i] = dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
             }
         comm.allreduce_sum(partial.data(), partial.size(), pp_group);
         double sumsq = 0;
@@ -406,9 +432,9 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
         for (size_t li = 0; li < stage.layers().size(); li++) {
             Layer* l = stage.layers()[li];
-            if (coef != 1.0f) ops::scale(l->grads.data(), coef, int(l->grads.size()));
+            if (coef != 1.0f) dev::scale(l->grads.data(), coef, int(l->grads.size()));
             for (const ParamInfo& pi : l->params_info)
-                ops::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + pi.offset, opt.v[li].data() + pi.offset,
+                dev::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + pi.offset, opt.v[li].data() + pi.offset,
                                   l->grads.data() + pi.offset, int64_t(pi.numel), lr, 0.9f, 0.999f, 1e-8f,
                                   pi.decay ? float(w.weight_decay) : 0.0f, step + 1);
         }
@@ -425,8 +451,13 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             w.span_us[rank] = span;
             w.timelines[rank] = pipe.timeline();
         }
+        bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
+        bool save_now = w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps);
+        if (eval_now || save_now) stage.to(Device{}), w.optim[rank].to(Device{});
+        synchronize();
         comm.barrier();
         if (rank == 0) {
+            set_device(Device{});   // evaluate and save on the host
             double loss = targets ? loss_sum / double(targets) : 0.0;
             w.last_loss = loss;
             double busy = 0, worst_span = 0;
@@ -439,17 +470,20 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
                         step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
                         human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
-            if (w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps) {
+            if (eval_now) {
                 // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
                 EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
                 if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
                 else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
             }
-            if (w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps)) save_checkpoint(w, step + 1);
+            if (save_now) save_checkpoint(w, step + 1);
             std::fflush(stdout);
+            set_device(mine, rank);
         }
         comm.barrier();
+        if (eval_now || save_now) stage.to(mine), w.optim[rank].to(mine);
     }
+    stage.to(Device{});   // the caller saves and evaluates on the host
 }
 
 std::vector<Layer*> replica_layers(World& w) {   // replica 0, model order
@@ -538,7 +572,7 @@ int train_main(const std::vector<std::string>& argv) {
                   "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
-                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume"});
+                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
@@ -572,8 +606,12 @@ int train_main(const std::vector<std::string>& argv) {
     pp::validate(w.schedule);
     auto split = split_layers(layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T), w.P, w.V);
 
+    w.device = parse_device(a.str("--device", "cpu"));
+    w.gpus = cuda_device_count();
+    std::string dtype = a.str("--dtype", "fp32");
+    if (dtype != "fp32" && dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + dtype + "\"");
     RunOptions opt;
-    opt.train = true, opt.causal = s.objective == Objective::causal, opt.seed = s.seed;
+    opt.train = true, opt.causal = s.objective == Objective::causal, opt.seed = s.seed, opt.bf16 = dtype == "bf16";
     opt.hidden_dropout = s.cfg.hidden_dropout_prob, opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
     for (int d = 0; d < w.D; d++)
         for (int p = 0; p < w.P; p++) w.stages.push_back(std::make_unique<TransformerStage>(s.cfg, split[p], recompute, opt));
@@ -589,10 +627,24 @@ int train_main(const std::vector<std::string>& argv) {
     }
     for (auto& st : w.stages) {
         Optimizer o;
-        for (Layer* l : st->layers()) o.m.emplace_back(l->params.size(), 0.0f), o.v.emplace_back(l->params.size(), 0.0f);
+        for (Layer* l : st->layers()) o.m.emplace_back(l->params.size()), o.v.emplace_back(l->params.size());
         w.optim.push_back(std::move(o));
     }
     int R = w.P * w.D;
+    // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
+    // ThreadComm (host copies, or device-to-device copies on a GPU).
+    std::string comm_name = a.str("--comm", "auto");
+    bool nccl_possible = w.device.cuda && R > 1 && R <= w.gpus;
+#ifndef PIPETRAIN_NCCL
+    if (comm_name == "nccl") throw std::runtime_error("--comm nccl: this build has no NCCL");
+    nccl_possible = false;
+#endif
+    if (comm_name == "auto") comm_name = nccl_possible ? "nccl" : "thread";
+    if (comm_name != "thread" && comm_name != "nccl")
+        throw std::runtime_error("--comm: expected auto, thread or nccl, got \"" + comm_name + "\"");
+    if (comm_name == "nccl" && !nccl_possible)
+        throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(R) +
+                                 " ranks, " + std::to_string(w.gpus) + " GPUs)");
     w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
     w.out = out, w.save_format = save_format;
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
@@ -616,6 +668,12 @@ int train_main(const std::vector<std::string>& argv) {
                                     : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
     std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
                 sched_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
+    std::printf("device: %s", w.device.name().c_str());
+    if (w.device.cuda) {
+        std::printf(" | ranks on");
+        for (int r = 0; r < R; r++) std::printf(" %s", device_of_rank(w, r).name().c_str());
+    }
+    std::printf(" | %s | comm %s\n", dtype == "bf16" ? "bf16 GEMMs, fp32 weights and optimizer" : "fp32", comm_name.c_str());
     for (int p = 0; p < w.P; p++) {
         std::printf("  stage %d:", p);
         for (const auto& chunk : split[p]) {
@@ -628,11 +686,24 @@ int train_main(const std::vector<std::string>& argv) {
     std::fflush(stdout);
 
     auto t0 = Clock::now();
-    pp::ThreadWorld world(R, timeout);
-    pp::run_ranks(world, [&](int rank) {
-        pp::ThreadComm comm(world, rank);
-        run_rank(w, comm, rank);
-    });
+    if (comm_name == "nccl") {
+#ifdef PIPETRAIN_NCCL
+        std::vector<int> gpus;
+        for (int r = 0; r < R; r++) gpus.push_back(device_of_rank(w, r).index);
+        pp::NcclWorld world(gpus, timeout);
+        pp::run_ranks(world.host(), [&](int rank) {
+            set_device(device_of_rank(w, rank), rank);
+            pp::NcclComm comm(world, rank);
+            run_rank(w, comm, rank);
+        });
+#endif
+    } else {
+        pp::ThreadWorld world(R, timeout);
+        pp::run_ranks(world, [&](int rank) {
+            pp::ThreadComm comm(world, rank);
+            run_rank(w, comm, rank);
+        });
+    }
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
     std::vector<Layer*> layers = replica_layers(w);
@@ -649,11 +720,11 @@ int train_main(const std::vector<std::string>& argv) {
     std::printf("\n");
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
     if (s.cfg.num_labels > 0)
-        std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g accuracy %.4f (%lld/%lld) | saved %s\n",
+        std::printf("done: %d steps in %.1fs | final loss %.7g | eval loss %.9g accuracy %.4f (%lld/%lld) | saved %s\n",
                     w.steps, secs, w.last_loss, ev.loss(), ev.accuracy(), (long long)ev.correct, (long long)ev.targets,
                     out.c_str());
     else
-        std::printf("done: %d steps in %.1fs | final loss %.4f | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
+        std::printf("done: %d steps in %.1fs | final loss %.7g | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
                     w.steps, secs, w.last_loss, ev.loss(), std::exp(ev.loss()), (long long)ev.targets, out.c_str());
     return 0;
 }

@@ -121,7 +121,7 @@ Outputs forward(const Model& m, const pt::Batch& b, bool causal) {
         auto st = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
         if (auto* hs = dynamic_cast<pt::HeadStash*>(st.get())) {
             REQUIRE(hs->rows.size() == size_t(b.B) * b.T);   // all_logits: every row, in order
-            o.logits = hs->logits;
+            o.logits = hs->logits.host();
             o.loss = hs->loss_sum / double(hs->num_targets);
         } else {
             o.hidden.push_back(next);

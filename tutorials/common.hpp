@@ -176,8 +176,8 @@ inline double compare(const Model& a, const Model& b, bool grads) {
     double diff = 0, norm = 0;
     std::string first;
     for (size_t i = 0; i < la.size(); i++) {
-        const std::vector<float>& x = grads ? la[i]->grads : la[i]->params;
-        const std::vector<float>& y = grads ? lb[i]->grads : lb[i]->params;
+        const pt::Buf& x = grads ? la[i]->grads : la[i]->params;
+        const pt::Buf& y = grads ? lb[i]->grads : lb[i]->params;
         for (const ParamInfo& pi : la[i]->params_info) {
             const float *px = x.data() + pi.offset, *py = y.data() + pi.offset;
             if (first.empty() && std::memcmp(px, py, pi.numel * sizeof(float)) != 0) first = pi.name;

@@ -9,6 +9,7 @@
 #include "kernels/cpu/parallel.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace ops {
@@ -108,6 +109,23 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
             }
         }
     });
+}
+
+float round_bf16(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;   // NaN stays NaN
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;   // round half to even on the upper 16 bits
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+void gemm_bf16(float* C, const float* A, const float* B, const float* bias,
+               int M, int N, int K, bool transA, bool transB, float alpha, float beta) {
+    std::vector<float> a(A, A + (size_t)M * K), b(B, B + (size_t)K * N);
+    for (float& x : a) x = round_bf16(x);
+    for (float& x : b) x = round_bf16(x);
+    gemm(C, a.data(), b.data(), bias, M, N, K, transA, transB, alpha, beta);
 }
 
 void bias_backward(float* dbias, const float* dout, int N, int OC) {

@@ -1,6 +1,7 @@
 // kernels/cuda/adamw.cu — the AdamW update (the formula of kernels/cpu/adamw.cpp, one thread per
 // parameter) and the float64 sum of squares for the global gradient norm, reduced in two
 // fixed-order passes: per-chunk partials, then the partials in chunk order.
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 
 #include <cmath>

@@ -8,6 +8,10 @@
 //  v2 (attention_forward_flash): flash-style forward. Keys and values stream through shared
 //     memory in tiles of 32, each query keeps a running max and sum (online softmax), and the
 //     (T, T) matrix never exists; it stores the log-sum-exp per query instead.
+//  v2 (attention_backward_flash): flash-style backward. Recomputes the probabilities tile by tile
+//     from q, k and that log-sum-exp; one kernel owns keys (dk, dv), another owns queries (dq),
+//     so every sum runs in a fixed order without atomics.
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 #include "kernels/philox.hpp"
 
@@ -228,6 +232,170 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
     if (lane == 0) lse[(size_t)bh * T + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
+// ---- v2: flash-style backward ----
+// With P_ij = exp(scale q_i . k_j - lse_i) and z_ij the dropout factor, out_i = sum_j P_ij z_ij v_j,
+// so dv_j = sum_i P_ij z_ij do_i, dP_ij = z_ij (do_i . v_j) and the score gradient is
+// dS_ij = P_ij (dP_ij - D_i) scale with D_i = sum_j P_ij dP_ij = do_i . out_i (dropout included,
+// since out already carries the dropped weights). Then dq_i = sum_j dS_ij k_j, dk_j = sum_i dS_ij q_i.
+
+// D[bh][i] = dout_i . out_i, one warp per query row (the layout of lse).
+__global__ void flash_rowdot_kernel(float* D, const float* dout, const float* out, int64_t rows,
+                                    int T, int NH, int HS) {
+    const int lane = threadIdx.x % 32;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int bh = (int)(row / T), i = (int)(row % T), b = bh / NH, h = bh % NH;
+    const size_t off = ((size_t)b * T + i) * NH * HS + h * HS;
+    float acc = 0.0f;
+    for (int c = lane; c < HS; c += 32) acc += dout[off + c] * out[off + c];
+    acc = warp_sum(acc);
+    if (lane == 0) D[row] = acc;
+}
+
+// One visible pair (i, j) from its rows in shared memory (zero-padded to HSP): w = P_ij z_ij and
+// ds = dS_ij. The score is formed as in the forward, so P matches the forward's probabilities.
+template <int HSP>
+__device__ inline void flash_pair(float& w, float& ds, const float* qi, const float* kj, const float* doi,
+                                  const float* vj, float lse_i, float D_i, float scale, float p, float s,
+                                  const DropoutKey& key, int bh, int i, int j, int T) {
+    float qk = 0.0f, dov = 0.0f;
+    for (int d = 0; d < HSP; d++) qk += qi[d] * kj[d];
+    for (int d = 0; d < HSP; d++) dov += doi[d] * vj[d];
+    const float P = expf(qk * scale - lse_i);
+    const float z = keep_factor(p, s, key, bh, i, j, T);
+    w = P * z;
+    ds = P * (z * dov - D_i) * scale;
+}
+
+// dk and dv: a block holds 8 keys (one per warp) of one (b, h); tiles of 32 queries (one per
+// lane) and their output gradients are staged in shared memory, and the warp adds the tile's
+// w_i do_i and ds_i q_i, queries in increasing order, lane l owning channels l, l+32, ...
+// (The forward's tile sizes with the roles swapped: kFlashQueries keys, kFlashKeys queries.)
+template <int HSP>
+__global__ void __launch_bounds__(32 * kFlashQueries)
+flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, const float* D,
+                  const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
+                  float p, float s, DropoutKey key, int T, int NH, int HS, float scale) {
+    constexpr int R = HSP / 32;
+    __shared__ float kw[kFlashQueries][HSP], vw[kFlashQueries][HSP];  // each warp's key and value
+    __shared__ float qs[kFlashKeys][HSP + 1], dos[kFlashKeys][HSP + 1];  // +1: lane l reads row l
+    __shared__ float lse_s[kFlashKeys], D_s[kFlashKeys];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int j0 = blockIdx.x * kFlashQueries, j = j0 + warp;
+    const bool valid_k = j < T;
+    for (int d = lane; d < HSP; d += 32) {
+        const bool in = valid_k && d < HS;
+        const size_t off = ((size_t)b * T + j) * C + h * HS + d;
+        kw[warp][d] = in ? k[off] : 0.0f;
+        vw[warp][d] = in ? v[off] : 0.0f;
+    }
+    float dka[R] = {}, dva[R] = {};
+    for (int i0 = causal ? j0 : 0; i0 < T; i0 += kFlashKeys) {  // causal: queries < j0 see none
+        __syncthreads();  // everyone is done with the previous tile (and kw, vw are written)
+        for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
+            const int r = idx / HSP, d = idx % HSP, i = i0 + r;
+            const bool in = i < T && d < HS;
+            const size_t off = ((size_t)b * T + i) * C + h * HS + d;
+            qs[r][d] = in ? q[off] : 0.0f;
+            dos[r][d] = in ? dout[off] : 0.0f;
+        }
+        if (threadIdx.x < kFlashKeys) {
+            const int i = i0 + threadIdx.x;
+            lse_s[threadIdx.x] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+            D_s[threadIdx.x] = i < T ? D[(size_t)bh * T + i] : 0.0f;
+        }
+        __syncthreads();
+        const int i = i0 + lane;
+        const bool vis = valid_k && i < T && visible(mask, causal, b, i, j, T);
+        if (!__any_sync(0xffffffffu, vis)) continue;  // this key is seen by no query of the tile
+        float w = 0.0f, ds = 0.0f;
+        if (vis) flash_pair<HSP>(w, ds, qs[lane], kw[warp], dos[lane], vw[warp], lse_s[lane], D_s[lane],
+                                 scale, p, s, key, bh, i, j, T);
+        for (int ii = 0; ii < kFlashKeys; ii++) {
+            const float wi = __shfl_sync(0xffffffffu, w, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
+            for (int r = 0; r < R; r++) {
+                dva[r] += wi * dos[ii][lane + 32 * r];
+                dka[r] += dsi * qs[ii][lane + 32 * r];
+            }
+        }
+    }
+    if (!valid_k) return;
+    for (int r = 0; r < R; r++) {
+        if (lane + 32 * r >= HS) continue;
+        const size_t off = ((size_t)b * T + j) * C + h * HS + lane + 32 * r;
+        if (dk) dk[off] += dka[r];
+        if (dv) dv[off] += dva[r];
+    }
+}
+
+// dq: the forward's layout (8 queries per block, one per warp; tiles of 32 keys, one per lane),
+// adding the tile's ds_j k_j, keys in increasing order.
+template <int HSP>
+__global__ void __launch_bounds__(32 * kFlashQueries)
+flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, const float* q,
+                const float* k, const float* v, const int32_t* mask, bool causal, float p, float s,
+                DropoutKey key, int T, int NH, int HS, float scale) {
+    constexpr int R = HSP / 32;
+    __shared__ float qw[kFlashQueries][HSP], dow[kFlashQueries][HSP];  // each warp's q_i and do_i
+    __shared__ float ks[kFlashKeys][HSP + 1], vs[kFlashKeys][HSP + 1];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int i0 = blockIdx.x * kFlashQueries, i = i0 + warp;
+    const bool valid_q = i < T;
+    for (int d = lane; d < HSP; d += 32) {
+        const bool in = valid_q && d < HS;
+        const size_t off = ((size_t)b * T + i) * C + h * HS + d;
+        qw[warp][d] = in ? q[off] : 0.0f;
+        dow[warp][d] = in ? dout[off] : 0.0f;
+    }
+    const float lse_i = valid_q ? lse[(size_t)bh * T + i] : 0.0f, D_i = valid_q ? D[(size_t)bh * T + i] : 0.0f;
+    float dqa[R] = {};
+    const int kend = causal ? min(T, i0 + kFlashQueries) : T;  // later keys are masked for all 8
+    for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
+        __syncthreads();  // everyone is done with the previous tile (and qw, dow are written)
+        for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
+            const int r = idx / HSP, d = idx % HSP, j = j0 + r;
+            const bool in = j < T && d < HS;
+            const size_t off = ((size_t)b * T + j) * C + h * HS + d;
+            ks[r][d] = in ? k[off] : 0.0f;
+            vs[r][d] = in ? v[off] : 0.0f;
+        }
+        __syncthreads();
+        const int j = j0 + lane;
+        const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);
+        if (!__any_sync(0xffffffffu, vis)) continue;  // this query sees no key of the tile
+        float w = 0.0f, ds = 0.0f;
+        if (vis) flash_pair<HSP>(w, ds, qw[warp], ks[lane], dow[warp], vs[lane], lse_i, D_i, scale, p, s,
+                                 key, bh, i, j, T);
+        for (int jj = 0; jj < kFlashKeys; jj++) {
+            const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+            for (int r = 0; r < R; r++) dqa[r] += dsj * ks[jj][lane + 32 * r];
+        }
+    }
+    if (!valid_q) return;
+    for (int r = 0; r < R; r++)
+        if (lane + 32 * r < HS) dq[((size_t)b * T + i) * C + h * HS + lane + 32 * r] += dqa[r];
+}
+
+template <int HSP>
+void flash_backward_launch(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                           const float* D, const float* q, const float* k, const float* v,
+                           const int32_t* mask, bool causal, float p, float s, const DropoutKey& key,
+                           int B, int T, int NH, int HS, float scale, cudaStream_t stream) {
+    const dim3 grid(ceil_div(T, kFlashQueries), B * NH), block(32 * kFlashQueries);
+    if (dk || dv) {
+        flash_dkdv_kernel<HSP><<<grid, block, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, mask, causal, p, s,
+                                                           key, T, NH, HS, scale);
+        CUDA_CHECK_LAST();
+    }
+    if (dq) {
+        flash_dq_kernel<HSP><<<grid, block, 0, stream>>>(dq, dout, lse, D, q, k, v, mask, causal, p, s, key,
+                                                         T, NH, HS, scale);
+        CUDA_CHECK_LAST();
+    }
+}
+
 void check_smem(int floats, const char* fn, int T) {
     if (floats > kMaxSmemFloats)
         throw std::runtime_error(std::string(fn) + " (CUDA v1): sequence length T = " + std::to_string(T) +
@@ -295,6 +463,30 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
     else
         flash_forward_kernel<128><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
     CUDA_CHECK_LAST();
+}
+
+void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                              const float* lse, const float* q, const float* k, const float* v,
+                              const int32_t* mask, bool causal, float p, const DropoutKey& key,
+                              int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || (!dq && !dk && !dv)) return;
+    if (HS > 128)
+        throw std::runtime_error("attention_backward_flash: head size HS = " + std::to_string(HS) +
+                                 " is not supported (at most 128)");
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const int64_t rows = (int64_t)B * NH * T;
+    float* D = nullptr;  // (B, NH, T) scratch: dout_i . out_i
+    CUDA_CHECK(cudaMallocAsync(&D, sizeof(float) * rows, stream));
+    flash_rowdot_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(D, dout, out, rows, T, NH, HS);
+    CUDA_CHECK_LAST();
+    if (HS <= 32)
+        flash_backward_launch<32>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
+    else if (HS <= 64)
+        flash_backward_launch<64>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
+    else
+        flash_backward_launch<128>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
+    CUDA_CHECK(cudaFreeAsync(D, stream));
 }
 
 }  // namespace cuda

@@ -2,6 +2,7 @@
 // keeps a running (max, sum of exp) pair per thread ("online softmax", Milakov & Gimelshein
 // 2018), pairs are merged in a fixed tree, and loss and dlogits come from that pair: no
 // probability matrix. Float64 like the CPU, since V ~ 40k float terms would lose digits.
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 
 namespace ops {

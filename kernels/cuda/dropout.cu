@@ -1,6 +1,7 @@
 // kernels/cuda/dropout.cu — dropout with the counter-based Philox RNG of kernels/philox.hpp:
 // element i draws philox::uniform(key, i), the same number as the CPU, so masks agree bit for
 // bit and kept values are inp * s with the same float s (identical results, not just close).
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 #include "kernels/philox.hpp"
 

@@ -1,5 +1,6 @@
 // kernels/cuda/elementwise.cu — activations, elementwise helpers and the embedding lookup:
 // one thread per element, the formulas of kernels/cpu/activations.cpp and embedding.cpp.
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 
 namespace ops {

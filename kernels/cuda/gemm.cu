@@ -3,6 +3,7 @@
 // + bias, row-major, transA/transB, any M, N, K) and all checked against kernels/cpu/gemm.cpp.
 // Every version sums each C[m][n] over k in increasing order, so they differ from the CPU only
 // by the GPU's fused multiply-adds. bias_backward sits here too (column sums of dout).
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 
 #include <cuda_bf16.h>

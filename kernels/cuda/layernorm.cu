@@ -1,6 +1,7 @@
 // kernels/cuda/layernorm.cu — layernorm over the last dimension, the formulas of
 // kernels/cpu/layernorm.cpp: one warp per row, row statistics in float64 (two passes), and the
 // parameter gradients summed over rows in a fixed order (no atomics).
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 
 namespace ops {

@@ -6,8 +6,8 @@
 // every reduction runs in a fixed order (no atomics), so two runs give the same bits.
 // Results match the CPU within rounding (fp32: rel. L2 error < 1e-5), not bit for bit; the
 // dropout masks are bitwise identical (kernels/philox.hpp).
+// Host code only (no device code here), so plain C++ files compiled by g++ may include it.
 #pragma once
-#include "kernels/cuda/common.cuh"
 #include "kernels/ops.hpp"
 
 #include <cuda_runtime.h>
@@ -88,6 +88,14 @@ void attention_forward_flash(float* out, float* lse,
                              const float* q, const float* k, const float* v, const int32_t* mask,
                              bool causal, float p, const DropoutKey& key,
                              int B, int T, int NH, int HS, cudaStream_t stream = 0);
+// v2 backward: recomputes the probabilities tile by tile from q, k and lse (no (T, T) matrix);
+// D_i = dout_i . out_i first, then dk, dv (a block per 8 keys) and dq (a block per 8 queries).
+// Takes the flash forward's out and lse; adds into dq, dk, dv (any may be null). HS <= 128.
+void attention_backward_flash(float* dq, float* dk, float* dv,
+                              const float* dout, const float* out, const float* lse,
+                              const float* q, const float* k, const float* v, const int32_t* mask,
+                              bool causal, float p, const DropoutKey& key,
+                              int B, int T, int NH, int HS, cudaStream_t stream = 0);
 
 // ---- softmax cross-entropy (crossentropy.cu) ----
 // The CPU throws on a target outside [0, V); a kernel cannot, so such a row gets a NaN loss and

@@ -1,0 +1,176 @@
+// src/device.hpp — where arrays live and which kernels run: the CPU or a CUDA GPU.
+//
+// Every thread has a current device, the CPU unless it says otherwise. A pipeline stage's
+// thread selects its GPU (and its own stream on it) once; from then on every Array it allocates
+// lives on that GPU and every op in `dev::` runs the CUDA kernel on that stream. This file is
+// the one place that chooses between kernels/cpu and kernels/cuda: the model calls dev::gemm,
+// never ops::gemm or ops::cuda::gemm.
+//
+// In a build without CUDA, or on a machine without a GPU, only the CPU exists and asking for a
+// GPU is a one-line error.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.hpp"
+
+namespace pt {
+
+struct Device {
+    bool cuda = false;
+    int index = 0;   // GPU number
+    std::string name() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
+    bool operator==(const Device& o) const { return cuda == o.cuda && (!cuda || index == o.index); }
+};
+Device parse_device(const std::string& s);   // cpu | cuda | cuda:N, throws naming --device
+int cuda_device_count();                     // 0 when built without CUDA or no GPU is visible
+
+// This thread's device. `stream` numbers the thread's stream on a GPU: stages sharing one GPU
+// use different streams, so one stage's kernels can run while another waits for a message.
+void set_device(Device d, int stream = 0);
+Device current_device();
+void synchronize();                          // waits for the work queued on this thread's stream
+void* current_stream();                      // this thread's cudaStream_t (null on the CPU)
+Device device_of(const void* p);             // where a pointer points (host memory: cpu)
+
+// Byte copies in any direction (host or device on either side), queued on this thread's stream.
+// A copy that involves host memory has finished when the call returns.
+void copy_bytes(void* dst, const void* src, size_t bytes);
+
+namespace detail {   // used by Array
+void* alloc(size_t bytes, Device d, void** stream);
+void release(void* p, void* stream);
+void zero(void* p, size_t bytes);
+}  // namespace detail
+
+// A contiguous array of T on one device, owned: what std::vector<T> is on the CPU. On the CPU it
+// IS a std::vector (host code may index it); on a GPU only its data() pointer is usable, by
+// kernels and copies. Copies of an Array are deep and stay on the same device.
+template <typename T>
+class Array {
+ public:
+    Array() = default;
+    explicit Array(size_t n, Device d = current_device()) { zeros(n, d); }
+    Array(const Array& o) { assign(o.data(), o.size(), o.device_); }
+    Array(Array&& o) noexcept { swap(o); }
+    Array& operator=(const Array& o) {
+        if (this != &o) assign(o.data(), o.size(), o.device_);
+        return *this;
+    }
+    Array& operator=(Array&& o) noexcept {
+        swap(o);
+        return *this;
+    }
+    ~Array() { clear(); }
+
+    // n zeros (the old contents are dropped).
+    void zeros(size_t n, Device d = current_device()) {
+        reserve(n, d);
+        if (device_.cuda) detail::zero(ptr_, n * sizeof(T));
+        else host_.assign(n, T(0));
+    }
+    void resize(size_t n) { zeros(n); }
+    // n elements copied from src, which may be host or device memory.
+    void assign(const T* src, size_t n, Device d = current_device()) {
+        reserve(n, d);
+        if (device_.cuda) copy_bytes(ptr_, src, n * sizeof(T));
+        else if (device_of(src).cuda) host_.resize(n), copy_bytes(host_.data(), src, n * sizeof(T));
+        else host_.assign(src, src + n);
+    }
+    void assign(const std::vector<T>& v, Device d = current_device()) { assign(v.data(), v.size(), d); }
+    std::vector<T> host() const {   // a host copy of the contents
+        if (!device_.cuda) return host_;
+        std::vector<T> v(n_);
+        copy_bytes(v.data(), ptr_, n_ * sizeof(T));
+        return v;
+    }
+    void clear() {
+        if (ptr_) detail::release(ptr_, stream_);
+        ptr_ = nullptr, stream_ = nullptr, n_ = 0;
+        host_.clear(), host_.shrink_to_fit();
+    }
+    void swap(Array& o) noexcept {
+        std::swap(ptr_, o.ptr_), std::swap(stream_, o.stream_), std::swap(n_, o.n_);
+        std::swap(device_, o.device_), host_.swap(o.host_);
+    }
+
+    T* data() { return device_.cuda ? ptr_ : host_.data(); }
+    const T* data() const { return device_.cuda ? ptr_ : host_.data(); }
+    size_t size() const { return device_.cuda ? n_ : host_.size(); }
+    bool empty() const { return size() == 0; }
+    Device device() const { return device_; }
+    // Host access, CPU arrays only (the model's host-side code runs on the CPU device).
+    std::vector<T>& vec() { return host_; }
+    T& operator[](size_t i) { return host_[i]; }
+    const T& operator[](size_t i) const { return host_[i]; }
+    auto begin() { return host_.begin(); }
+    auto end() { return host_.end(); }
+    bool operator==(const Array& o) const { return host() == o.host(); }
+
+ private:
+    void reserve(size_t n, Device d) {   // storage for n elements on d (contents undefined)
+        if (d.cuda && d == device_ && n == n_ && ptr_) return;
+        clear();
+        device_ = d;
+        if (d.cuda) n_ = n, ptr_ = n ? static_cast<T*>(detail::alloc(n * sizeof(T), d, &stream_)) : nullptr;
+    }
+    std::vector<T> host_;
+    T* ptr_ = nullptr;          // device storage
+    void* stream_ = nullptr;    // the stream it was allocated on (and is freed on)
+    size_t n_ = 0;
+    Device device_;
+};
+using Buf = Array<float>;
+
+// Moves an array to device d: a copy there, then the old storage is freed.
+template <typename T>
+void move_to(Array<T>& a, Device d) {
+    if (a.device() == d) return;
+    Array<T> b;
+    b.assign(a.data(), a.size(), d);
+    a.swap(b);
+}
+
+// ---- the ops of kernels/ops.hpp on this thread's device ------------------------------------
+// Same names, arguments and semantics; every pointer must be on the current device.
+namespace dev {
+void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
+          bool transB, float alpha, float beta);
+// The same product with A and B rounded to bfloat16 (fp32 products and accumulation): the
+// tensor-core path on a GPU, its exact emulation on the CPU. --dtype bf16.
+void gemm_bf16(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
+               bool transB, float alpha, float beta);
+void bias_backward(float* dbias, const float* dout, int N, int OC);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C);
+void gelu_forward(float* out, const float* inp, int N);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int N);
+void relu_forward(float* out, const float* inp, int N);
+void relu_backward(float* dinp, const float* inp, const float* dout, int N);
+void tanh_forward(float* out, const float* inp, int N);
+void tanh_backward(float* dinp, const float* out, const float* dout, int N);
+void add_forward(float* out, const float* a, const float* b, int N);
+void accumulate(float* out, const float* inp, int N);
+void scale(float* x, float s, int N);
+void dropout_forward(float* out, const float* inp, float p, const ops::DropoutKey& key, int N);
+void dropout_backward(float* dinp, const float* dout, float p, const ops::DropoutKey& key, int N);
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, const int32_t* mask,
+                       bool causal, float p, const ops::DropoutKey& key, int B, int T, int NH, int HS);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
+                        const float* k, const float* v, float p, const ops::DropoutKey& key, int B, int T, int NH,
+                        int HS);
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V);
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float scale, int N, int V);
+void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C);
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C);
+void adamw_update(float* params, float* m, float* v, const float* grads, int64_t N, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
+double sum_squares(const float* x, int64_t N);
+}  // namespace dev
+
+}  // namespace pt

@@ -143,7 +143,9 @@ void release(void* p, void* s) {
     // Destructors must not throw; a failure here means the context is already gone (exit).
     if (cudaFreeAsync(p, static_cast<cudaStream_t>(s)) != cudaSuccess) (void)cudaGetLastError();
 }
-void zero(void* p, size_t bytes) { PT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream())); }
+void zero(void* p, size_t bytes) {
+    if (bytes) PT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
+}
 }  // namespace detail
 
 // Each op runs the CUDA kernel on this thread's stream when the thread is on a GPU.

@@ -523,7 +523,7 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
     return r;
 }
 
-std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T) {
+std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device) {
     int L = num_model_layers(cfg);
     std::vector<double> costs(L, 1.0);
     if (by == "uniform") return costs;
@@ -535,7 +535,10 @@ std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, i
         return costs;
     }
     if (by != "time") throw std::runtime_error("--partition/--by: expected time, params or uniform, got \"" + by + "\"");
-    // Measure forward + backward of each layer on a random micro-batch (best of 3).
+    // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
+    // device the run will use.
+    Device caller = current_device();
+    set_device(device);
     Batch b;
     b.B = B, b.T = T;
     size_t n = size_t(B) * T;
@@ -546,22 +549,29 @@ std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, i
     }
     MicroBatch mb = b.rows(0, B);
     mb.loss_scale = 1.0f / float(b.num_targets());
+    Array<int32_t> ids, types, mask;
+    ids.assign(b.input_ids), types.assign(b.token_type_ids), mask.assign(b.attention_mask);
+    mb.dev = {ids.data(), types.data(), nullptr, mask.data()};
     RunOptions opt;
-    std::vector<float> x(n * cfg.hidden_size, 0.5f), dx(n * cfg.hidden_size), dout(n * cfg.hidden_size, 1e-3f);
+    size_t NC = n * cfg.hidden_size;
+    Buf x, dx(NC), dout;
+    x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
     for (int i = 0; i < L; i++) {
         auto l = make_layer(cfg, i);
         l->init(1, 0.02f);
         double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
             auto t0 = Clock::now();
-            std::vector<float> out(l->out_numel(B, T));
+            Buf out(l->out_numel(B, T));
             auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
             l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
             l->backward_weight(*s, mb, opt);
+            synchronize();
             best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
         }
         costs[i] = best;
     }
+    set_device(caller);
     return costs;
 }
 
@@ -604,10 +614,10 @@ int train_main(const std::vector<std::string>& argv) {
     std::string sched_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
     w.schedule = make_schedule(sched_name, w.P, w.M, w.V);
     pp::validate(w.schedule);
-    auto split = split_layers(layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T), w.P, w.V);
-
     w.device = parse_device(a.str("--device", "cpu"));
     w.gpus = cuda_device_count();
+    auto split = split_layers(layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T, w.device), w.P, w.V);
+
     std::string dtype = a.str("--dtype", "fp32");
     if (dtype != "fp32" && dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + dtype + "\"");
     RunOptions opt;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "src/data.hpp"
+#include "src/device.hpp"
 #include "src/model.hpp"
 
 namespace pt {
@@ -27,6 +28,6 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
 
 // Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
 // backward on one micro-batch of B×T) or "uniform".
-std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T);
+std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {});
 
 }  // namespace pt

@@ -4,7 +4,12 @@
 // Step 2 times both: same arithmetic, very different speed, because the blocked kernel
 // (kernels/cpu/gemm.cpp) packs tiles of A and B into contiguous buffers that stay in cache
 // and keeps a 6 x 32 tile of C in vector registers while it walks over K.
+// Step 4 (with a GPU) puts the four CUDA versions of kernels/cuda/gemm.cu next to them.
 #include "kernels/ops.hpp"
+#include "src/device.hpp"
+#ifdef PIPETRAIN_CUDA
+#include "kernels/cuda/ops_cuda.cuh"
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -36,6 +41,54 @@ double gflops(Gemm gemm, int S) {
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } while (seconds < 0.2);
     return 2.0 * S * S * S * reps / seconds / 1e9;
+}
+
+// Step 4: the CUDA versions against the CPU kernel (the specification) and against each other.
+void gpu_versions() {
+    std::printf("Step 4: the CUDA versions (kernels/cuda/gemm.cu)\n");
+#ifdef PIPETRAIN_CUDA
+    if (pt::cuda_device_count() == 0) {
+        std::printf("  skipped: no CUDA device on this machine.\n\n");
+        return;
+    }
+    pt::set_device(pt::parse_device("cuda"));
+    using Gemm = void (*)(float*, const float*, const float*, const float*, int, int, int, bool, bool, float, float,
+                          cudaStream_t);
+    const struct { const char* name; Gemm fn; } versions[] = {
+        {"v1 naive (one thread per output)", ops::cuda::gemm_v1_naive},
+        {"v2 shared-memory tiles", ops::cuda::gemm_v2_smem_tiles},
+        {"v3 register tiles", ops::cuda::gemm_v3_register_tiles},
+        {"v4 bf16 tensor cores (mma.sync)", ops::cuda::gemm_v4_bf16_mma}};
+    const int M = 130, N = 63, K = 257;   // awkward: no multiple of any tile
+    const auto A = random_matrix((size_t)M * K, 5), B = random_matrix((size_t)K * N, 6);
+    std::vector<float> ref((size_t)M * N);
+    ops::gemm(ref.data(), A.data(), B.data(), nullptr, M, N, K, false, false, 1.0f, 0.0f);
+    pt::Buf dA, dB, dC((size_t)M * N);
+    dA.assign(A), dB.assign(B);
+    const int S = 2048;
+    pt::Buf sA, sB, sC((size_t)S * S);
+    sA.assign(random_matrix((size_t)S * S, 7)), sB.assign(random_matrix((size_t)S * S, 8));
+    std::printf("  %-34s %16s %12s\n", "version", "max |gpu - cpu|", "TFLOP/s");
+    for (const auto& v : versions) {
+        v.fn(dC.data(), dA.data(), dB.data(), nullptr, M, N, K, false, false, 1.0f, 0.0f, 0);
+        std::vector<float> C = dC.host();
+        double err = 0.0;
+        for (size_t i = 0; i < C.size(); i++) err = std::fmax(err, std::fabs(C[i] - ref[i]));
+        v.fn(sC.data(), sA.data(), sB.data(), nullptr, S, S, S, false, false, 1.0f, 0.0f, 0);   // warm-up
+        pt::synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        const int reps = 10;
+        for (int r = 0; r < reps; r++) v.fn(sC.data(), sA.data(), sB.data(), nullptr, S, S, S, false, false, 1.0f, 0.0f, 0);
+        pt::synchronize();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        std::printf("  %-34s %16.2e %12.2f\n", v.name, err, 2.0 * S * S * S / s / 1e12);
+    }
+    std::printf("  Look at: v1-v3 differ from the CPU only by the order of the additions (~1e-6); v4\n"
+                "  rounds A and B to bf16 first (~1e-2), and pays for it with the tensor cores' speed.\n"
+                "  scripts/bench.sh compares each version with cuBLAS.\n\n");
+#else
+    std::printf("  skipped: this build has no CUDA (nvcc was not found when it was configured).\n\n");
+#endif
 }
 
 }  // namespace
@@ -76,6 +129,8 @@ int main() {
     ops::set_num_threads(1);
     std::printf("  Look at: close to 2x when two cores are free; the bits of C do not change,\n"
                 "  because every output is still computed by exactly one thread in the same order.\n\n");
+
+    gpu_versions();
 
     std::printf("Question: the micro-kernel keeps a 6 x 32 tile of C in registers. Why does a\n"
                 "larger tile (say 16 x 32) get *slower*? Count the vector registers it needs.\n");

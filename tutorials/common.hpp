@@ -56,6 +56,7 @@ struct Model {
     std::vector<std::vector<std::vector<int>>> split;         // [rank][chunk] = layer indices
     std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
     std::vector<std::vector<float>> adam_m, adam_v;           // per layer, stage after stage
+    Device device;   // cuda: rank r runs on GPU r mod (number of GPUs), on its own stream
 
     std::vector<Layer*> layers(int d = 0) const {   // replica d, model order
         std::vector<Layer*> all;
@@ -123,6 +124,10 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
         for (int i = 0; i < m.P; i++) pp_group.push_back(d * m.P + i);
         for (int i = 0; i < m.D; i++) dp_group.push_back(i * m.P + p);
         TransformerStage& stage = *m.stages[rank];
+        Device dev = m.device;
+        if (dev.cuda) dev.index = rank % cuda_device_count();
+        set_device(dev, rank);
+        stage.to(dev);   // the weights visit the GPU for the step; the update below runs on the host
         pp::Pipeline pipe(schedule, m.V, stage, comm, p, pp_group);
         stage.zero_grads();
         // Replica d's micro-batches are global micro-batches d*M .. d*M+M-1: the dropout key.
@@ -132,6 +137,7 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
         events[rank] = pipe.timeline();
         if (m.D > 1)   // data parallel: sum each layer's gradient over the replicas, in rank order
             for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
+        stage.to(Device{});
     });
     StepResult r;
     for (int p = 0; p < m.P; p++) r.events.insert(r.events.end(), events[p].begin(), events[p].end());

@@ -121,6 +121,7 @@ pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     run_forward(f, microbatch, chunk, false);
     if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
     account(f);
+    synchronize();   // on a GPU: the action ends when its kernels do, so the timeline tells the truth
     return view(fwd_out_);
 }
 
@@ -143,6 +144,7 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     f.grad_out.clear();
     account(f);
     bwd_out_ = std::move(dout);
+    synchronize();
     return view(bwd_out_);
 }
 
@@ -152,6 +154,7 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
     auto& layers = chunks_[chunk];
     for (int i = int(layers.size()) - 1; i >= 0; i--) layers[i]->backward_weight(*f.stash[i], mb, opt_);
     release(microbatch, chunk);
+    synchronize();
 }
 
 // B = BI then BW on the same stash: the same operations in the same order as the

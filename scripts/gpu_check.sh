@@ -36,6 +36,10 @@ TESTS=$?
 echo "== benchmark"
 timeout 150 "$BUILD/pipetrain-bench" >"$BUILD/bench.md" || die "pipetrain-bench failed"
 TABLE=$(grep '^|' "$BUILD/bench.md")
+# PyTorch's SDPA on the same shapes, when the machine has torch with CUDA (a reference only).
+SDPA=$(timeout 60 python3 scripts/sdpa_bench.py "$BUILD/bench.md" 2>"$BUILD/sdpa.log") || SDPA=""
+[ -n "$SDPA" ] && TABLE="$TABLE
+$SDPA"
 
 echo "== training: tiny model, 4-stage 1F1B, 20 steps, GPU then CPU"
 # tok/s of the last step line, and the final loss

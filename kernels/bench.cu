@@ -184,6 +184,7 @@ void bench_memory_bound(double copy_gbps) {
 void bench_attention(int B, int T, int NH, int HS, bool causal) {
     const size_t n = (size_t)B * T * NH * HS;
     Buf q(n, 1), k(n, 2), v(n, 3), out(n), att((size_t)B * NH * T * T), lse((size_t)B * NH * T);
+    Buf dout(n, 4), dq(n, 5), dk(n, 6), dv(n, 7);
     ops::DropoutKey key;
     const std::string shape = "B" + std::to_string(B) + " T" + std::to_string(T) + " NH" + std::to_string(NH) +
                               " HS" + std::to_string(HS) + (causal ? " causal" : "");
@@ -194,8 +195,20 @@ void bench_attention(int B, int T, int NH, int HS, bool causal) {
     const double t2 = median_ms([&] {
         ops::cuda::attention_forward_flash(out.p, lse.p, q.p, k.p, v.p, nullptr, causal, 0.0f, key, B, T, NH, HS);
     });
+    // The backwards run after their forwards above, so att and lse hold what they need.
+    const double tb1 = median_ms([&] {
+        ops::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, att.p, q.p, k.p, v.p, 0.0f, key, B, T, NH, HS);
+    });
+    const double tb2 = median_ms([&] {
+        ops::cuda::attention_backward_flash(dq.p, dk.p, dv.p, dout.p, out.p, lse.p, q.p, k.p, v.p, nullptr, causal,
+                                            0.0f, key, B, T, NH, HS);
+    });
     add_row("attention_forward v1", shape, t1, tflop / (t1 * 1e-3), "TFLOP/s", 1.0, "attention v1");
     add_row("attention_forward_flash v2", shape, t2, tflop / (t2 * 1e-3), "TFLOP/s", t1 / t2, "attention v1");
+    // The backward's five (T, T) products are 2.5x the forward's two (the flash one recomputes more).
+    add_row("attention_backward v1", shape, tb1, 2.5 * tflop / (tb1 * 1e-3), "TFLOP/s", 1.0, "attention v1");
+    add_row("attention_backward_flash v2", shape, tb2, 2.5 * tflop / (tb2 * 1e-3), "TFLOP/s", tb1 / tb2,
+            "attention v1");
 }
 
 }  // namespace
@@ -223,7 +236,7 @@ int main() {
         return 1;
     }
     // ratio: the reference's time over this kernel's (GEMM: fraction of cuBLAS speed; memory-bound:
-    // fraction of copy bandwidth; flash: speed-up over v1).
+    // fraction of copy bandwidth; flash: speed-up over v1, forward and backward).
     std::printf("| kernel | shape | ms | rate | ratio | reference |\n|---|---|---:|---:|---:|---|\n");
     for (const Row& r : rows)
         std::printf("| %s | %s | %.3f | %.1f %s | %.2f | %s |\n", r.kernel.c_str(), r.shape.c_str(), r.ms,

@@ -41,7 +41,10 @@ void gemm_naive(float* C, const float* A, const float* B, const float* bias,
 // the order of the sums. Used by --dtype bf16.
 void gemm_bf16(float* C, const float* A, const float* B, const float* bias,
                int M, int N, int K, bool transA, bool transB, float alpha, float beta);
-float round_bf16(float x);
+float round_bf16(float x);   // to the nearest bfloat16 (kernels/bf16.hpp), as a float
+// bfloat16 storage: out = the 16 bits of round_bf16(inp); from_bf16 widens them back exactly.
+void to_bf16(uint16_t* out, const float* inp, int N);
+void from_bf16(float* out, const uint16_t* inp, int N);
 
 // dbias[OC] += sum over rows of dout (N, OC).
 void bias_backward(float* dbias, const float* dout, int N, int OC);

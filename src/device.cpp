@@ -186,6 +186,8 @@ void gemm_bf16(float* C, const float* A, const float* B, const float* bias, int 
     DISPATCH2(gemm_bf16, gemm_v4_bf16_mma, C, A, B, bias, M, N, K, transA, transB, alpha, beta);
 }
 void bias_backward(float* dbias, const float* dout, int N, int OC) { DISPATCH(bias_backward, dbias, dout, N, OC); }
+void to_bf16(uint16_t* out, const float* inp, int N) { DISPATCH(to_bf16, out, inp, N); }
+void from_bf16(float* out, const uint16_t* inp, int N) { DISPATCH(from_bf16, out, inp, N); }
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int N, int C, float eps) {
     DISPATCH(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, eps);

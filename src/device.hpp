@@ -144,6 +144,8 @@ void gemm(float* C, const float* A, const float* B, const float* bias, int M, in
 void gemm_bf16(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
                bool transB, float alpha, float beta);
 void bias_backward(float* dbias, const float* dout, int N, int OC);
+void to_bf16(uint16_t* out, const float* inp, int N);
+void from_bf16(float* out, const uint16_t* inp, int N);
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int N, int C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

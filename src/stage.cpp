@@ -77,42 +77,80 @@ TransformerStage::InFlight& TransformerStage::slot(int microbatch, int chunk) {
 }
 
 void TransformerStage::account(InFlight& f) {
-    size_t b = (f.input.size() + f.grad_out.size()) * sizeof(float);
+    size_t b = (f.input.size() + f.grad_out.size()) * sizeof(float) +
+               (f.input16.size() + f.grad16.size()) * sizeof(uint16_t);
     for (const auto& s : f.stash) b += s ? s->bytes() : 0;
     live_bytes_ = live_bytes_ - f.bytes + b;
     f.bytes = b;
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
 }
 
+namespace {
+// --dtype bf16: whatever leaves a layer (activation or input gradient) is rounded to bfloat16, as
+// if stored in it; `packed` keeps the 16-bit form, which is what a stage sends: half the bytes.
+// Rounding at every layer, not only at stage boundaries, keeps any split bitwise equal to one stage.
+void round_bf16(Buf& x, Array<uint16_t>& packed) {
+    packed.resize(x.size());
+    dev::to_bf16(packed.data(), x.data(), int(x.size()));
+    dev::from_bf16(x.data(), packed.data(), int(x.size()));
+}
+
+// The fp32 values of a received bf16 message (which is then dropped).
+void unpack(Buf& x, Array<uint16_t>& packed) {
+    if (packed.empty()) return;
+    x.resize(packed.size());
+    dev::from_bf16(x.data(), packed.data(), int(packed.size()));
+    packed.clear();
+}
+}  // namespace
+
+pp::Buffer TransformerStage::view(Buf& v, Array<uint16_t>& v16) const {
+    if (v.empty()) return {};
+    if (opt_.bf16) return {v16.data(), v16.size() * sizeof(uint16_t)};
+    return {v.data(), v.size() * sizeof(float)};
+}
+
 pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     size_t n = size_t(mb_rows_) * batch_->T * cfg_.hidden_size;
-    Buf& v = op == pp::Op::F ? f.input : f.grad_out;
-    v.zeros(n);
+    pp::Buffer b;
+    if (opt_.bf16) {
+        Array<uint16_t>& v = op == pp::Op::F ? f.input16 : f.grad16;
+        v.zeros(n);
+        b = {v.data(), n * sizeof(uint16_t)};
+    } else {
+        Buf& v = op == pp::Op::F ? f.input : f.grad_out;
+        v.zeros(n);
+        b = {v.data(), n * sizeof(float)};
+    }
     account(f);
-    return {v.data(), n * sizeof(float)};
+    return b;
 }
 
 // Runs the chunk's layers on micro-batch m, keeping one stash per layer. A recompute only
 // rebuilds the stash: it neither counts the loss again nor produces anything to send.
 void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputing) {
     MicroBatch mb = micro_batch(m);
+    unpack(f.input, f.input16);
     const float* in = f.input.empty() ? nullptr : f.input.data();
     Buf out;
+    Array<uint16_t> out16;
     f.stash.clear();
+    bool head = chunks_[chunk].back()->index() == num_model_layers(cfg_) - 1;
     for (auto& layer : chunks_[chunk]) {
         Buf next(layer->out_numel(mb.B, mb.T));
         f.stash.push_back(layer->forward(next.data(), in, mb, opt_));
+        if (opt_.bf16 && !(head && layer == chunks_[chunk].back())) round_bf16(next, out16);
         out.swap(next);
         in = out.data();
     }
     if (recomputing) return;
-    if (chunks_[chunk].back()->index() == num_model_layers(cfg_) - 1) {   // the head: its output is the loss
+    if (head) {   // the head: its output is the loss
         auto& hs = static_cast<HeadStash&>(*f.stash.back());
         loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
         fwd_out_.clear();
     } else {
-        fwd_out_.swap(out);
+        fwd_out_.swap(out), fwd16_.swap(out16);
     }
 }
 
@@ -122,7 +160,7 @@ pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
     account(f);
     synchronize();   // on a GPU: the action ends when its kernels do, so the timeline tells the truth
-    return view(fwd_out_);
+    return view(fwd_out_, fwd16_);
 }
 
 pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
@@ -133,19 +171,21 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     }
     MicroBatch mb = micro_batch(microbatch);
     auto& layers = chunks_[chunk];
+    unpack(f.grad_out, f.grad16);
     Buf dout = std::move(f.grad_out), din;
     for (int i = int(layers.size()) - 1; i >= 0; i--) {
         bool first_layer = layers[i]->index() == 0;
         din.zeros(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size);
         layers[i]->backward_input(first_layer ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(),
                                   *f.stash[i], mb, opt_);
+        if (opt_.bf16 && !first_layer) round_bf16(din, bwd16_);
         dout.swap(din);
     }
     f.grad_out.clear();
     account(f);
     bwd_out_ = std::move(dout);
     synchronize();
-    return view(bwd_out_);
+    return view(bwd_out_, bwd16_);
 }
 
 void TransformerStage::backward_weight(int microbatch, int chunk) {
@@ -162,7 +202,7 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
 pp::Buffer TransformerStage::backward(int microbatch, int chunk) {
     backward_input(microbatch, chunk);
     backward_weight(microbatch, chunk);
-    return view(bwd_out_);
+    return view(bwd_out_, bwd16_);
 }
 
 void TransformerStage::release(int microbatch, int chunk) {

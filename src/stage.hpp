@@ -50,6 +50,7 @@ class TransformerStage : public pp::Stage {
     struct InFlight {   // one (micro-batch, chunk)
         Buf input;                                // received activation (empty on the first layer)
         Buf grad_out;                             // received gradient
+        Array<uint16_t> input16, grad16;          // the same as received with --dtype bf16
         std::vector<std::unique_ptr<Stash>> stash;   // one per layer of the chunk (empty when recomputed)
         size_t bytes = 0;
     };
@@ -61,8 +62,9 @@ class TransformerStage : public pp::Stage {
     // What the last forward / backward produced for the executor to send. Valid until the next
     // call of the same kind: the executor sends right after the op, or (interleaved) after the
     // forward-backward pair, which is why forward and backward have separate buffers.
-    static pp::Buffer view(Buf& v) { return {v.empty() ? nullptr : v.data(), v.size() * sizeof(float)}; }
+    pp::Buffer view(Buf& v, Array<uint16_t>& v16) const;
     Buf fwd_out_, bwd_out_;
+    Array<uint16_t> fwd16_, bwd16_;   // --dtype bf16: what is sent, 2 bytes per value
     // On a GPU, this step's token arrays copied to the device once (see MicroBatch::dev).
     Array<int32_t> ids_, types_, tasks_, mask_;
 

@@ -7,6 +7,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 #include "kernels/ops.hpp"
 #include "kernels/philox.hpp"
@@ -231,6 +232,26 @@ TEST_CASE("activations and elementwise helpers vs the CPU") {
     }
 }
 
+TEST_CASE("to_bf16 / from_bf16: the CPU's 16 bits exactly (ties, NaN, inf, denormals)") {
+    REQUIRE_DEVICE();
+    const int N = 1037;
+    Vec x = random_vec(N, 41, -3.0f, 3.0f);
+    const uint32_t specials[] = {0x3f808000u /* tie, even below */, 0x3f818000u /* tie, odd below */, 0x7f800000u,
+                                 0xff800000u, 0x7f800001u /* NaN, low payload */, 0x00000001u /* denormal */,
+                                 0x80000000u, 0x7f7fffffu /* rounds up to inf */};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) std::memcpy(&x[i], &specials[i], 4);
+    std::vector<uint16_t> want(N);
+    Vec back_want(N);
+    ops::to_bf16(want.data(), x.data(), N);
+    ops::from_bf16(back_want.data(), want.data(), N);
+    DevBuf<float> dx(x), dback(N);
+    DevBuf<uint16_t> db(N);
+    ops::cuda::to_bf16(db.p, dx.p, N);
+    ops::cuda::from_bf16(dback.p, db.p, N);
+    CHECK(db.get() == want);
+    CHECK(same_bits(dback.get(), back_want));
+}
+
 TEST_CASE("embedding forward and backward: the backward has the CPU's bits exactly") {
     REQUIRE_DEVICE();
     const int N = 257, C = 130, V = 17;  // few ids, many repeats
@@ -447,6 +468,60 @@ TEST_CASE("attention v2 (flash forward) vs the CPU output and an independent log
         ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr,
                                            c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
         CHECK(same_bits(dout.get(), got));
+    }
+}
+
+TEST_CASE("attention v2 (flash backward) vs the CPU backward: masks, causal, dropout, +=, null grads, bits") {
+    REQUIRE_DEVICE();
+    const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f},  {2, 1, 2, 128, true, true, 0.1f},
+                              {2, 37, 3, 26, true, true, 0.1f},   {2, 37, 2, 32, false, true, 0.0f},
+                              {2, 37, 1, 64, true, false, 0.0f},  {2, 37, 2, 128, false, false, 0.1f},
+                              {2, 130, 2, 32, true, false, 0.1f}, {3, 130, 2, 64, false, true, 0.1f},
+                              {2, 130, 2, 128, true, true, 0.0f}, {2, 130, 1, 26, false, false, 0.0f}};
+    const ops::DropoutKey key = attn_key();
+    uint32_t seed = 80;
+    for (const AttnCase& c : cases) {
+        CAPTURE(c.T); CAPTURE(c.HS); CAPTURE(c.causal); CAPTURE(c.padded); CAPTURE(c.p);
+        const AttnInputs in(c, seed += 3);
+        const int32_t* mask = c.padded ? in.mask.data() : nullptr;
+        const size_t n = in.q.size();
+        Vec out(n), att((size_t)c.B * c.NH * c.T * c.T);
+        ops::attention_forward(out.data(), att.data(), in.q.data(), in.k.data(), in.v.data(), mask,
+                               c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        DevBuf<float> dq(in.q), dk(in.k), dv(in.v), dout(n), dlse((size_t)c.B * c.NH * c.T);
+        DevBuf<int32_t> dmask(in.mask);
+        int32_t* gmask = c.padded ? dmask.p : nullptr;
+        ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, gmask, c.causal, c.p, key,
+                                           c.B, c.T, c.NH, c.HS);
+        // Starting gradients about the size of what the backward adds: overwriting instead of
+        // adding fails, and they barely dilute the error of the added part. (At T = 1 the added
+        // dq, dk are zero up to rounding, which must stay far below 1e-5 of these.)
+        const Vec dy = random_vec(n, seed + 100), g0 = random_vec(n, seed + 101, -0.1f, 0.1f);
+        DevBuf<float> ddy(dy);
+        for (int which = 0; which < 3; which++) {  // all, dq only, dk + dv only
+            CAPTURE(which);
+            const bool want_q = which != 2, want_kv = which != 1;
+            Vec gq = g0, gk = g0, gv = g0;
+            ops::attention_backward(want_q ? gq.data() : nullptr, want_kv ? gk.data() : nullptr,
+                                    want_kv ? gv.data() : nullptr, dy.data(), att.data(), in.q.data(),
+                                    in.k.data(), in.v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+            DevBuf<float> dgq(g0), dgk(g0), dgv(g0);
+            auto run = [&] {
+                ops::cuda::attention_backward_flash(want_q ? dgq.p : nullptr, want_kv ? dgk.p : nullptr,
+                                                    want_kv ? dgv.p : nullptr, ddy.p, dout.p, dlse.p, dq.p, dk.p,
+                                                    dv.p, gmask, c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+            };
+            run();
+            const Vec rq = dgq.get(), rk = dgk.get(), rv = dgv.get();
+            CHECK(rel_l2(rq, gq) < kTolF32);
+            CHECK(rel_l2(rk, gk) < kTolF32);
+            CHECK(rel_l2(rv, gv) < kTolF32);
+            dgq.upload(g0), dgk.upload(g0), dgv.upload(g0);  // determinism: the same bits again
+            run();
+            CHECK(same_bits(dgq.get(), rq));
+            CHECK(same_bits(dgk.get(), rk));
+            CHECK(same_bits(dgv.get(), rv));
+        }
     }
 }
 

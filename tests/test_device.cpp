@@ -13,6 +13,7 @@
 
 #include "kernels/ops.hpp"
 #include "src/device.hpp"
+#include "src/stage.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -82,6 +83,25 @@ TEST_CASE("round_bf16 rounds to nearest, ties to even, like __float2bfloat16") {
     CHECK(std::isinf(ops::round_bf16(INFINITY)));
 }
 
+TEST_CASE("to_bf16 / from_bf16: 16-bit storage of round_bf16, exactly") {
+    std::vector<float> x = {1.0f, 1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, -2.5e-3f, 3.0e38f, INFINITY, -0.0f,
+                            from_bits(0x7f800001u) /* a NaN whose payload is in the low bits */};
+    std::vector<uint16_t> b(x.size());
+    std::vector<float> y(x.size());
+    ops::to_bf16(b.data(), x.data(), int(x.size()));
+    ops::from_bf16(y.data(), b.data(), int(x.size()));
+    for (size_t i = 0; i + 1 < x.size(); i++) {   // every value but the NaN: bits as round_bf16's
+        float r = ops::round_bf16(x[i]);
+        uint32_t u;
+        std::memcpy(&u, &r, 4);
+        CHECK(b[i] == u >> 16);
+        CHECK(std::memcmp(&y[i], &r, 4) == 0);
+    }
+    CHECK(b[0] == 0x3f80);   // 1.0
+    CHECK(b[5] == 0x7f80);   // inf stays inf
+    CHECK(std::isnan(y.back()));   // truncating would have made it inf
+}
+
 TEST_CASE("gemm_bf16 equals the fp32 GEMM of the rounded inputs, computed in double") {
     std::mt19937 gen(5);
     std::uniform_real_distribution<float> dist(-1, 1);
@@ -108,6 +128,32 @@ TEST_CASE("gemm_bf16 equals the fp32 GEMM of the rounded inputs, computed in dou
         CHECK(worst < 1e-5);   // fp32 accumulation of exact products
         CHECK(plain > 1e-4);   // and the rounding really happened
     }
+}
+
+TEST_CASE("--dtype bf16: any pipeline split gives the one-stage bits, and messages are 16-bit") {
+    std::string base = "train --preset tiny --data " + fixture("text/sample_zh.txt") +
+                       " --steps 2 --batch 8 --micro-batches 4 --seq 16 --seed 5 --dropout 0.1 --dtype bf16";
+    std::string one = temp_dir("bf16-one");
+    Run r1 = run_cli(base + " --out " + one);
+    REQUIRE_MESSAGE(r1.code == 0, r1.out);
+    for (std::string layout : {"--stages 2 --schedule 1f1b", "--stages 3 --schedule zb-h1 --recompute full",
+                               "--stages 2 --schedule interleaved --chunks 2"}) {
+        CAPTURE(layout);
+        std::string dir = temp_dir("bf16-pp");
+        Run r = run_cli(base + " --out " + dir + " " + layout);
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        CHECK(read_file(dir + "/model.safetensors") == read_file(one + "/model.safetensors"));
+    }
+    // The stage asks the executor for half the bytes of fp32.
+    pt::ModelConfig cfg = pt::ModelConfig::preset("tiny");
+    pt::RunOptions opt;
+    opt.bf16 = true;
+    pt::TransformerStage stage(cfg, {{1, 2}}, pt::Recompute::none, opt);
+    pt::Batch b;
+    b.B = 2, b.T = 8;
+    b.input_ids.assign(16, 5), b.token_type_ids.assign(16, 0), b.attention_mask.assign(16, 1), b.targets.assign(16, -100);
+    stage.begin_step(&b, 1, 0, 0, 1.0f);
+    CHECK(stage.input_buffer(pp::Op::F, 0, 0).bytes == size_t(8) * cfg.hidden_size * 2);
 }
 
 TEST_CASE("--dtype bf16 trains within 1e-2 of fp32 (CPU emulation of the tensor-core path)") {

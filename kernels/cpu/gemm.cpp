@@ -6,10 +6,10 @@
 // order the *outputs* are visited in, so it gives the same bits as the naive loop, on any
 // number of threads.
 #include "kernels/ops.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 namespace ops {
@@ -111,13 +111,13 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
     });
 }
 
-float round_bf16(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;   // NaN stays NaN
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;   // round half to even on the upper 16 bits
-    std::memcpy(&x, &u, 4);
-    return x;
+float round_bf16(float x) { return bf16::value(bf16::bits(x)); }
+
+void to_bf16(uint16_t* out, const float* inp, int N) {
+    for (int i = 0; i < N; i++) out[i] = bf16::bits(inp[i]);
+}
+void from_bf16(float* out, const uint16_t* inp, int N) {
+    for (int i = 0; i < N; i++) out[i] = bf16::value(inp[i]);
 }
 
 void gemm_bf16(float* C, const float* A, const float* B, const float* bias,

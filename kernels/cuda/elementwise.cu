@@ -2,6 +2,7 @@
 // one thread per element, the formulas of kernels/cpu/activations.cpp and embedding.cpp.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
+#include "kernels/bf16.hpp"
 
 namespace ops {
 namespace cuda {
@@ -54,6 +55,15 @@ __global__ void scale_kernel(float* x, float s, int N) {
 }
 
 // out[n][c] += table[ids[n]][c], one thread per (n, c).
+__global__ void to_bf16_kernel(uint16_t* out, const float* inp, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = bf16::bits(inp[i]);
+}
+__global__ void from_bf16_kernel(float* out, const uint16_t* inp, int N) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = bf16::value(inp[i]);
+}
+
 __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int N, int C) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)N * C) return;
@@ -124,6 +134,17 @@ void accumulate(float* out, const float* inp, int N, cudaStream_t stream) {
 void scale(float* x, float s, int N, cudaStream_t stream) {
     if (N <= 0) return;
     scale_kernel<<<blocks(N), kThreads, 0, stream>>>(x, s, N);
+    CUDA_CHECK_LAST();
+}
+
+void to_bf16(uint16_t* out, const float* inp, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    to_bf16_kernel<<<blocks(N), kThreads, 0, stream>>>(out, inp, N);
+    CUDA_CHECK_LAST();
+}
+void from_bf16(float* out, const uint16_t* inp, int N, cudaStream_t stream) {
+    if (N <= 0) return;
+    from_bf16_kernel<<<blocks(N), kThreads, 0, stream>>>(out, inp, N);
     CUDA_CHECK_LAST();
 }
 

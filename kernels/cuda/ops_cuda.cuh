@@ -57,6 +57,9 @@ void tanh_backward(float* dinp, const float* out, const float* dout, int N, cuda
 void add_forward(float* out, const float* a, const float* b, int N, cudaStream_t stream = 0);
 void accumulate(float* out, const float* inp, int N, cudaStream_t stream = 0);
 void scale(float* x, float s, int N, cudaStream_t stream = 0);
+// bfloat16 storage, the same bits as the CPU (kernels/bf16.hpp).
+void to_bf16(uint16_t* out, const float* inp, int N, cudaStream_t stream = 0);
+void from_bf16(float* out, const uint16_t* inp, int N, cudaStream_t stream = 0);
 // ids are device int32 and checked by the caller, as on the CPU.
 void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C,
                        cudaStream_t stream = 0);
@@ -83,7 +86,7 @@ void attention_backward(float* dq, float* dk, float* dv,
                         int B, int T, int NH, int HS, cudaStream_t stream = 0);
 // v2, flash-style forward: tiles of keys, online softmax, no (T, T) matrix in memory. Writes
 // out and lse (B, NH, T), the log-sum-exp of each query's visible scores (-inf when it sees
-// no key), which is all a flash backward would need. HS <= 128.
+// no key), which is all the flash backward needs. HS <= 128.
 void attention_forward_flash(float* out, float* lse,
                              const float* q, const float* k, const float* v, const int32_t* mask,
                              bool causal, float p, const DropoutKey& key,

@@ -175,6 +175,20 @@ __global__ void dkdv_kernel(float* dk, float* dv, const float* dS, const float* 
 // channels l, l+32, ... HSP is HS rounded up to 32, 64 or 128 (zero-padded channels).
 constexpr int kFlashKeys = 32, kFlashQueries = 8;
 
+// Keys and values j0 .. j0+31 of head h into shared tiles, zero past T and past HS. KS and VS
+// are the tile types (rows padded or not), the whole block takes part.
+template <int HSP, typename KS, typename VS>
+__device__ inline void load_kv_tile(KS& ks, VS& vs, const float* k, const float* v, int b, int h, int j0, int T,
+                                    int C, int HS) {
+    for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
+        const int r = idx / HSP, d = idx % HSP, j = j0 + r;
+        const bool in = j < T && d < HS;
+        const size_t off = ((size_t)b * T + j) * C + h * HS + d;
+        ks[r][d] = in ? k[off] : 0.0f;
+        vs[r][d] = in ? v[off] : 0.0f;
+    }
+}
+
 template <int HSP>
 __global__ void __launch_bounds__(32 * kFlashQueries)
 flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
@@ -195,13 +209,7 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
     const int kend = causal ? min(T, i0 + kFlashQueries) : T;  // later keys are masked for all 8
     for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
         __syncthreads();  // everyone is done with the previous tile (and qs is written)
-        for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
-            const int r = idx / HSP, d = idx % HSP, j = j0 + r;
-            const bool in = j < T && d < HS;
-            const size_t off = ((size_t)b * T + j) * C + h * HS + d;
-            ks[r][d] = in ? k[off] : 0.0f;
-            vs[r][d] = in ? v[off] : 0.0f;
-        }
+        load_kv_tile<HSP>(ks, vs, k, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
         const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);
@@ -354,13 +362,7 @@ flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, 
     const int kend = causal ? min(T, i0 + kFlashQueries) : T;  // later keys are masked for all 8
     for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
         __syncthreads();  // everyone is done with the previous tile (and qw, dow are written)
-        for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
-            const int r = idx / HSP, d = idx % HSP, j = j0 + r;
-            const bool in = j < T && d < HS;
-            const size_t off = ((size_t)b * T + j) * C + h * HS + d;
-            ks[r][d] = in ? k[off] : 0.0f;
-            vs[r][d] = in ? v[off] : 0.0f;
-        }
+        load_kv_tile<HSP>(ks, vs, k, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
         const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);

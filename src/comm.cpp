@@ -120,7 +120,8 @@ void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks
         take(1, other.data(), n * sizeof(T), ranks[k], kReduceTag);
         if constexpr (std::is_same_v<T, float>) {
             pt::dev::accumulate(data, other.data(), int(n));   // on the GPU when the data is there
-        } else {
+        } else {   // float64 (the loss, norm partials) is host data only
+            if (pt::device_of(data).cuda) throw std::logic_error("allreduce_sum(double*): GPU data is not supported");
             for (size_t i = 0; i < n; i++) data[i] += other[i];
         }
     }

@@ -545,7 +545,9 @@ std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, i
     b.input_ids.assign(n, 0), b.token_type_ids.assign(n, 0), b.attention_mask.assign(n, 1), b.targets.assign(n, kIgnore);
     for (size_t i = 0; i < n; i++) {
         b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
-        if (i % 7 == 3) b.targets[i] = b.input_ids[i];
+        // A classifier reads a label in [0, num_labels) at each sequence's first row; MLM, token ids.
+        if (cfg.num_labels > 0 && i % size_t(T) == 0) b.targets[i] = int32_t(i / T % size_t(cfg.num_labels));
+        else if (cfg.num_labels == 0 && i % 7 == 3) b.targets[i] = b.input_ids[i];
     }
     MicroBatch mb = b.rows(0, B);
     mb.loss_scale = 1.0f / float(b.num_targets());

@@ -65,3 +65,8 @@ TEST_CASE("classification input errors are one line") {
     CHECK(nolabels.code != 0);
     CHECK(nolabels.out.find("--labels") != std::string::npos);
 }
+
+TEST_CASE("--partition time times a classifier on valid labels (it used to feed token ids as labels)") {
+    Run r = run_cli("train --preset tiny --stages 2 --partition time --steps 1 --out " + temp_dir("cls-time") + kFlags);
+    CHECK_MESSAGE(r.code == 0, r.out);
+}

@@ -119,9 +119,11 @@ TEST_CASE("gemm: every version vs the CPU, awkward shapes, all transposes, poiso
                 const float alpha = 0.75f, beta = with_beta ? 0.5f : 0.0f;
                 const Vec A = random_vec((size_t)s.M * s.K, seed++), B = random_vec((size_t)s.K * s.N, seed++);
                 const Vec bias = random_vec(s.N, seed++), C0 = random_vec((size_t)s.M * s.N, seed++);
-                Vec ref = C0;
+                Vec ref = C0, ref16 = C0;   // ref16: the exact meaning of v4 (bf16 inputs, fp32 sums)
                 ops::gemm_naive(ref.data(), A.data(), B.data(), with_beta ? bias.data() : nullptr,
                                 s.M, s.N, s.K, transA, transB, alpha, beta);
+                ops::gemm_bf16(ref16.data(), A.data(), B.data(), with_beta ? bias.data() : nullptr,
+                               s.M, s.N, s.K, transA, transB, alpha, beta);
                 DevBuf<float> dA(A), dB(B), dbias(bias), dC(C0);
                 for (const Version& v : versions) {
                     CAPTURE(v.name);
@@ -129,7 +131,9 @@ TEST_CASE("gemm: every version vs the CPU, awkward shapes, all transposes, poiso
                     if (beta == 0.0f) dC.poison(); else dC.upload(C0);
                     v.fn(dC.p, dA.p, dB.p, with_beta ? dbias.p : nullptr, s.M, s.N, s.K, transA, transB,
                          alpha, beta, 0);
-                    CHECK(rel_l2(dC.get(), ref) < v.tol);
+                    const Vec got = dC.get();
+                    CHECK(rel_l2(got, ref) < v.tol);
+                    if (v.fn == ops::cuda::gemm_v4_bf16_mma) CHECK(rel_l2(got, ref16) < kTolF32);
                 }
             }
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# scripts/emulate_gpu.sh — check pipetrain's CUDA code on a machine without a GPU. Builds the GPU
+# tests, the CLI and tutorial 12 with g++ against the emulated GPU of scripts/gpu_emulator/ (its
+# README.md says what that checks and what only a real GPU can show), runs them, prints a table.
+#   usage: scripts/emulate_gpu.sh [build-dir]              (default build-emu)
+#          scripts/emulate_gpu.sh --selftest [build-dir]   planted bugs must be caught
+# Exit code 1 when anything fails. The sources are read, never modified.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SELFTEST=0
+if [ "${1:-}" = --selftest ]; then SELFTEST=1; shift; fi
+mkdir -p "${1:-build-emu}/logs" && B=$(cd "${1:-build-emu}" && pwd)
+LOGS=$B/logs
+MAKE="make -f scripts/gpu_emulator/Makefile REPO=$PWD B=$B -j2"
+
+build() {  # targets (paths under $B)
+    local t0=$SECONDS
+    if ! $MAKE "${@/#/$B/}" >"$LOGS/build.log" 2>&1; then
+        grep -E -A3 'error|Error' "$LOGS/build.log" | head -n 40
+        echo "emulate_gpu: build failed (log: $LOGS/build.log)"
+        exit 1
+    fi
+    echo "== built $* in $((SECONDS - t0)) s"
+}
+
+# check NAME EXPECT ENV... COMMAND...: runs in $B in the background, two at a time. EXPECT "" means
+# exit code 0 and no skipped GPU case; otherwise a non-zero exit and EXPECT in the output.
+NAMES=()
+check() {
+    local name=$1 expect=$2 log=$LOGS/${1//[^A-Za-z0-9_=.-]/_}
+    shift 2
+    NAMES+=("$log")
+    (
+        cd "$B" && t0=$(date +%s%N)
+        timeout 1200 env "$@" >"$log.log" 2>&1
+        rc=$? secs=$((($(date +%s%N) - t0) / 1000000000))
+        if [ -z "$expect" ]; then
+            ok=$([ $rc = 0 ] && ! grep -q "skipped: no CUDA device" "$log.log" && echo PASS || echo FAIL)
+        else
+            ok=$([ $rc != 0 ] && grep -q "$expect" "$log.log" && echo PASS || echo FAIL)
+        fi
+        printf "%-44s %-5s %5s s   exit %s\n" "$name" "$ok" "$secs" "$rc" >"$log.result"
+    ) 2>/dev/null &  # quiet: bash would report each deliberate crash of --selftest
+    while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
+}
+
+if [ $SELFTEST = 0 ]; then
+    build pipetrain tutorial_12_gpu_pipeline test_cuda_kernels test_cuda_train test_device
+    # Threads in random order: the kernel test's "same bits on two runs" then compares two schedules.
+    check "test_cuda_kernels EMU_ORDER=rand:1" "" EMU_ORDER=rand:1 ./test_cuda_kernels
+    check "tutorial_12_gpu_pipeline EMU_EAGER=1 rev" "" EMU_EAGER=1 EMU_ORDER=rev ./tutorial_12_gpu_pipeline
+    check "test_cuda_train EMU_GPUS=1" "" EMU_GPUS=1 ./test_cuda_train
+    check "test_cuda_train EMU_GPUS=2" "" EMU_GPUS=2 ./test_cuda_train
+    check "test_device EMU_GPUS=2" "" EMU_GPUS=2 ./test_device
+else
+    # The bug: gemm v2 without the __syncthreads between loading its tiles and using them.
+    mkdir -p "$B/mutant" && python3 - kernels/cuda/gemm.cu "$B/mutant/gemm.cu" <<'EOF'
+import sys
+s = open(sys.argv[1]).read()
+at = s.index('__syncthreads();', s.index('gemm_smem_tiles_kernel('))
+open(sys.argv[2], 'w').write(s[:at] + s[at + len('__syncthreads();'):])
+EOF
+    build selftest mutant/test_cuda_kernels
+    for mode in "ok:" "host_deref:HOST CODE touched" "hostptr:is a HOST pointer" "oob:PAST THE END" \
+        "diverge:deadlock" "race:RACE"; do
+        check "selftest ${mode%%:*}" "${mode#*:}" ./selftest "${mode%%:*}"
+    done
+    check "gemm v2 without its first __syncthreads" "FAILURE" ./mutant/test_cuda_kernels -tc="gemm: every*"
+fi
+wait
+
+echo
+printf "%-44s %-5s %7s\n" check result time
+failed=0
+for log in "${NAMES[@]}"; do
+    cat "$log.result" 2>/dev/null || echo "${log##*/}: no result"
+    grep -q PASS "$log.result" 2>/dev/null || failed=1
+done
+[ $failed = 0 ] && echo "all passed (logs: $LOGS)" || echo "FAILED: the logs are in $LOGS"
+exit $failed

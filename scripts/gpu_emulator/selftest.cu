@@ -1,0 +1,61 @@
+// scripts/gpu_emulator/selftest.cu — the emulator's checks fire (run by scripts/emulate_gpu.sh
+// --selftest, which expects the text after each arrow). ./selftest MODE:
+//   ok          a 2-D block, warp shuffles and __syncthreads_or give the right numbers -> "ok"
+//   host_deref  host code reads device memory                -> "HOST CODE touched"
+//   hostptr     a kernel gets a host pointer                  -> "is a HOST pointer"
+//   oob         a kernel writes past the end of its buffer    -> "PAST THE END"
+//   diverge     __syncthreads that half the threads skip      -> "deadlock"
+//   race        the legacy stream reads what a non-blocking stream may still be writing -> "RACE"
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+__global__ void fill(float* x, float v, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+__global__ void diverge(float* x) {
+    if (threadIdx.x < 16) __syncthreads();
+    x[threadIdx.x] = 1.0f;
+}
+
+// Each warp sums its thread numbers by shuffles; thread 37's predicate reaches thread 0.
+__global__ void reduce(float* sums, float* any) {
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+    float v = (float)t;
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (t % 32 == 0) sums[t / 32] = v;
+    const int a = __syncthreads_or(t == 37);
+    if (t == 0) *any = (float)a;
+}
+
+int main(int argc, char** argv) {
+    const std::string mode = argc > 1 ? argv[1] : "ok";
+    cudaStream_t s;
+    float* d;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMallocAsync(&d, 1024 * sizeof(float), s);
+    std::vector<float> h(1024);
+    if (mode == "host_deref") h[0] = d[3];
+    if (mode == "hostptr") fill<<<4, 256, 0, s>>>(h.data(), 1.0f, 1024);
+    if (mode == "oob") fill<<<5, 256, 0, s>>>(d, 1.0f, 1280);
+    if (mode == "diverge") diverge<<<1, 64, 0, s>>>(d);
+    if (mode == "race") {
+        fill<<<4, 256, 0, s>>>(d, 2.0f, 1024);
+        cudaMemcpy(h.data(), d, sizeof(float), cudaMemcpyDeviceToHost);
+    }
+    if (mode == "ok") {
+        reduce<<<1, dim3(32, 4), 0, s>>>(d, d + 4);
+        cudaMemcpyAsync(h.data(), d, 5 * sizeof(float), cudaMemcpyDeviceToHost, s);
+        bool ok = h[4] == 1.0f;
+        for (int w = 0; w < 4; w++) ok = ok && h[w] == 32 * 32 * w + 496;  // sum of 32w .. 32w + 31
+        std::printf("%s: sums %g %g %g %g, any %g\n", ok ? "ok" : "WRONG", h[0], h[1], h[2], h[3], h[4]);
+        return ok ? 0 : 1;
+    }
+    cudaStreamSynchronize(s);
+    std::printf("%s: nothing caught\n", mode.c_str());
+    return 1;
+}

@@ -6,6 +6,17 @@
 #          scripts/emulate_gpu.sh --selftest [build-dir]   planted bugs must be caught
 # Exit code 1 when anything fails. The sources are read, never modified.
 set -uo pipefail
+if [ "${1:-}" = --nccl-vs-thread ]; then  # internal, run by a check in the build folder: LAYOUT...
+    shift
+    out=nccl-vs-thread-${EMU_GPUS:-1}
+    train="./pipetrain train --preset tiny --data $(cd "$(dirname "$0")/.." && pwd)/tests/fixtures/text/sample_zh.txt
+           --steps 3 --batch 8 --seq 32 --seed 11 --dropout 0.1 --lr 1e-3 --device cuda $*"
+    $train --out "$out-auto" | tee "$out-auto.log" && $train --comm thread --out "$out-thread" || exit 1
+    # One GPU per rank: "auto" must choose NCCL, and NCCL must give ThreadComm's bits.
+    grep -q "| comm nccl$" "$out-auto.log" || { echo "emulate_gpu: --comm auto did not choose nccl"; exit 1; }
+    cmp "$out-auto/model.safetensors" "$out-thread/model.safetensors" && echo "nccl = thread, bit for bit"
+    exit
+fi
 cd "$(dirname "$0")/.."
 SELFTEST=0
 if [ "${1:-}" = --selftest ]; then SELFTEST=1; shift; fi
@@ -52,6 +63,9 @@ if [ $SELFTEST = 0 ]; then
     check "test_cuda_train EMU_GPUS=1" "" EMU_GPUS=1 ./test_cuda_train
     check "test_cuda_train EMU_GPUS=2" "" EMU_GPUS=2 ./test_cuda_train
     check "test_device EMU_GPUS=2" "" EMU_GPUS=2 ./test_device
+    # NcclComm (emulated NCCL) against ThreadComm: pipeline send/recv, then data-parallel all-reduces.
+    check "train nccl = thread EMU_GPUS=2 stages 2" "" EMU_GPUS=2 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4
+    check "train nccl = thread EMU_GPUS=4 stages 2 dp 2" "" EMU_GPUS=4 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --dp 2 --micro-batches 2
 else
     # The bug: gemm v2 without the __syncthreads between loading its tiles and using them.
     mkdir -p "$B/mutant" && python3 - kernels/cuda/gemm.cu "$B/mutant/gemm.cu" <<'EOF'
@@ -65,6 +79,7 @@ EOF
         "diverge:deadlock" "race:RACE"; do
         check "selftest ${mode%%:*}" "${mode#*:}" ./selftest "${mode%%:*}"
     done
+    check "selftest nccl" "meets a half" EMU_GPUS=2 ./selftest nccl
     check "gemm v2 without its first __syncthreads" "FAILURE" ./mutant/test_cuda_kernels -tc="gemm: every*"
 fi
 wait

@@ -47,7 +47,8 @@ NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s)
 }
 
 NcclWorld::~NcclWorld() {
-    for (void* c : comms_) ncclCommDestroy(as_comm(c));
+    for (void* c : comms_)
+        if (c) ncclCommDestroy(as_comm(c));
     for (auto& [ranks, g] : groups_)
         for (void* c : g->comms)
             if (c) ncclCommDestroy(as_comm(c));
@@ -60,7 +61,7 @@ NcclComm::NcclComm(NcclWorld& world, int rank) : world_(world), host_(world.host
 }
 
 // Polls the stream so that a peer that never posts its half ends in an error, not a hang.
-void NcclComm::wait(void* comm, const std::string& what) {
+void NcclComm::wait(void*& comm, const std::string& what) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.host_.timeout_s());
     for (;;) {
         cudaError_t e = cudaStreamQuery(stream());
@@ -74,7 +75,8 @@ void NcclComm::wait(void* comm, const std::string& what) {
         else if (world_.host_.aborted()) why = "aborted: " + world_.host_.abort_reason();
         else if (std::chrono::steady_clock::now() > deadline) why = "timed out";
         if (!why.empty()) {
-            ncclCommAbort(as_comm(comm));   // frees the stream from the pending operation
+            ncclCommAbort(as_comm(comm));   // frees the communicator and the stream's pending operation
+            comm = nullptr;                 // so that ~NcclWorld does not destroy it a second time
             throw std::runtime_error("rank " + std::to_string(rank_) + ": " + what + " " + why);
         }
         std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -88,7 +90,7 @@ void NcclComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{
 // proves every schedule posts them in the same order on both sides.
 void NcclComm::group(const std::vector<P2POp>& ops) {
     std::vector<P2POp> host_ops;
-    void* comm = world_.comms_[rank_];
+    void*& comm = world_.comms_[rank_];
     bool any = false;
     NCCL_CHECK(ncclGroupStart());
     for (const P2POp& op : ops) {

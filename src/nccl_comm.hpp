@@ -49,7 +49,7 @@ class NcclComm : public Comm {
     void abort(const std::string& why) override { host_.abort(why); }
 
  private:
-    void wait(void* comm, const std::string& what);   // the stream, with a timeout and abort
+    void wait(void*& comm, const std::string& what);   // the stream, with a timeout and abort
     NcclWorld& world_;
     ThreadComm host_;
     int rank_;

@@ -9,11 +9,15 @@
 //   EMU_TRACE=1                    print every launch and copy
 #include <cuda_runtime.h>
 #include <execinfo.h>
+#include <nccl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -22,6 +26,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 
 // x86-64 context switch: push the callee-saved registers and the FP control words, store the
 // stack pointer in *save, continue on the stack `to` (which was saved the same way).
@@ -56,7 +61,7 @@ emu_ctx_switch:
 struct EmuStream {  // non-blocking: the legacy stream neither waits for it nor makes it wait
     int device;
     int id;  // -1: the legacy default stream
-    std::deque<std::function<void()>> q;
+    std::deque<std::function<bool()>> q;  // false: an NCCL operation that waits for its peers
 };
 struct EmuPool {};
 
@@ -67,6 +72,11 @@ const int kMaxThreads = 1024;
 
 bool env(const char* n) { const char* v = getenv(n); return v && *v && std::string(v) != "0"; }
 std::recursive_mutex mu;  // every API call and all device work: stages are host threads
+thread_local int t_locks = 0;  // how often this thread holds mu: a wait for NCCL peers frees it
+struct Lock {
+    Lock() { mu.lock(), t_locks++; }
+    ~Lock() { t_locks--, mu.unlock(); }
+};
 const bool g_lazy = !env("EMU_EAGER"), g_trace = env("EMU_TRACE");
 const int g_gpus = getenv("EMU_GPUS") ? atoi(getenv("EMU_GPUS")) : 1;
 thread_local int t_dev = 0;
@@ -207,15 +217,24 @@ EmuStream* resolve(cudaStream_t s) {
     if (s && std::find(g_streams.begin(), g_streams.end(), s) == g_streams.end()) fatal("unknown stream " + hex(s));
     return s ? s : legacy(t_dev);
 }
-void run_queue(EmuStream* s) {
-    while (!s->q.empty()) {
-        auto f = std::move(s->q.front());
-        s->q.pop_front();
-        f();
-    }
-}
 std::string stream_name(EmuStream* s) {
     return (s->id < 0 ? "the legacy stream" : "stream #" + std::to_string(s->id)) + " of cuda:" + std::to_string(s->device);
+}
+bool run_ready(EmuStream* s) {  // false: stopped at an NCCL operation that waits for its peers
+    for (; !s->q.empty(); s->q.pop_front())
+        if (!s->q.front()()) return false;
+    return true;
+}
+// A synchronisation: lets the other host threads post their NCCL halves meanwhile.
+void run_queue(EmuStream* s) {
+    for (auto t0 = std::chrono::steady_clock::now(); !run_ready(s);) {
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60))
+            fatal("synchronising " + stream_name(s) + ": an NCCL operation has waited 60 s for its peers");
+        const int held = t_locks;
+        for (int i = 0; i < held; i++) mu.unlock();
+        usleep(50);
+        for (int i = 0; i < held; i++) mu.lock();
+    }
 }
 struct Access {
     Alloc* x;
@@ -224,11 +243,8 @@ struct Access {
 // Queues f on s. The race check: work on s may not touch an allocation that another stream still
 // has queued work on, unless both only read. Any host synchronisation with that stream would have
 // run the queued work, so a pending entry means nothing ordered the two.
-void submit(EmuStream* s, const std::string& what, std::vector<Access> acc, std::function<void()> f) {
-    if (!g_lazy) {
-        run_queue(s);
-        return f();
-    }
+// f returns false while it waits (NCCL); EMU_EAGER runs the queue at once, up to such a wait.
+void submit_gated(EmuStream* s, const std::string& what, std::vector<Access> acc, std::function<bool()> f) {
     for (const Access& a : acc)
         for (auto& [t, p] : a.x->pending)
             if (t != s && p.ops > 0 && (a.write || p.writes > 0))
@@ -240,12 +256,17 @@ void submit(EmuStream* s, const std::string& what, std::vector<Access> acc, std:
         p.ops++, p.writes += a.write, p.last = what;
     }
     s->q.push_back([acc, s, f = std::move(f)] {
+        if (!f()) return false;
         for (const Access& a : acc) {
             auto& p = a.x->pending[s];
             p.ops--, p.writes -= a.write;
         }
-        f();
+        return true;
     });
+    if (!g_lazy) run_ready(s);
+}
+void submit(EmuStream* s, const std::string& what, std::vector<Access> acc, std::function<void()> f) {
+    submit_gated(s, what, std::move(acc), [f = std::move(f)] { return f(), true; });
 }
 
 // What runs now, for the fault handler.
@@ -487,7 +508,7 @@ void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, const flo
 }
 
 void launch_impl(const Launch& c, std::function<void()> body, const std::vector<PtrArg>& ptrs) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
+    Lock lock;
     const unsigned long n = (unsigned long)c.block.x * c.block.y * c.block.z;
     const std::string cfg = std::string(c.name) + "<<<(" + std::to_string(c.grid.x) + "," + std::to_string(c.grid.y) +
                             "," + std::to_string(c.grid.z) + "), (" + std::to_string(c.block.x) + "," +
@@ -524,7 +545,6 @@ void launch_impl(const Launch& c, std::function<void()> body, const std::vector<
 }  // namespace emu
 
 // ---- host API ---------------------------------------------------------------------------------
-using Lock = std::lock_guard<std::recursive_mutex>;
 
 const char* cudaGetErrorString(cudaError_t e) {
     switch (e) {
@@ -536,6 +556,7 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+        case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
 }
@@ -554,27 +575,31 @@ cudaError_t cudaSetDevice(int d) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
-    Lock lock(mu);
+    Lock lock;
     run_queue(legacy(t_dev));
     for (EmuStream* x : g_streams)
         if (x->device == t_dev) run_queue(x);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-    Lock lock(mu);
+    Lock lock;
     if (g_gpus <= 0) return fail(cudaErrorNoDevice, "cudaStreamCreateWithFlags");
     if (flags != cudaStreamNonBlocking) return fail(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: only non-blocking streams are emulated");
     g_streams.push_back(*s = new EmuStream{t_dev, (int)g_streams.size(), {}});
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    Lock lock(mu);
+    Lock lock;
     run_queue(resolve(s));
     return cudaSuccess;
 }
+cudaError_t cudaStreamQuery(cudaStream_t s) {  // runs what it can: lazy work has no other trigger
+    Lock lock;
+    return run_ready(resolve(s)) ? cudaSuccess : cudaErrorNotReady;
+}
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
-    Lock lock(mu);
+    Lock lock;
     *p = nullptr;
     Alloc* x = bytes ? new_alloc(bytes, resolve(s)->device) : nullptr;
     if (bytes && !x) return fail(cudaErrorMemoryAllocation, "cudaMallocAsync(" + std::to_string(bytes) + ")");
@@ -583,7 +608,7 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) { return cudaMallocAsync(p, bytes, nullptr); }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
-    Lock lock(mu);
+    Lock lock;
     if (!p) return cudaSuccess;
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end() || !it->second->live || it->second->free_queued)
@@ -595,7 +620,7 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {  // synchronises the device first, as the real one does
-    Lock lock(mu);
+    Lock lock;
     cudaDeviceSynchronize();
     cudaError_t e = cudaFreeAsync(p, nullptr);
     run_queue(legacy(t_dev));
@@ -614,7 +639,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* v
 // Copies: check the ranges and the kind, then queue. A pageable host source is staged at once; a
 // host destination makes the call wait for the copy, as with the real runtime.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
-    Lock lock(mu);
+    Lock lock;
     if (n == 0) return cudaSuccess;
     Alloc *dx = find_alloc(dst), *sx = find_alloc(src);
     const std::string e = check_range(dst, n, dx, "destination") + check_range(src, n, sx, "source");
@@ -638,13 +663,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-    Lock lock(mu);
+    Lock lock;
     const cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, nullptr);
     run_queue(legacy(t_dev));
     return e;
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
-    Lock lock(mu);
+    Lock lock;
     if (n == 0) return cudaSuccess;
     Alloc* x = find_alloc(p);
     const std::string e = x ? check_range(p, n, x, "memset") : "memset of the HOST pointer " + hex(p);
@@ -656,15 +681,224 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
-    Lock lock(mu);
+    Lock lock;
     const cudaError_t e = cudaMemsetAsync(p, v, n, nullptr);
     run_queue(legacy(t_dev));
     return e;
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
-    Lock lock(mu);
+    Lock lock;
     Alloc* x = find_alloc(p);  // a freed block still belongs to the device's pool
     *a = x ? cudaPointerAttributes{cudaMemoryTypeDevice, x->device, (void*)p, nullptr}
            : cudaPointerAttributes{cudaMemoryTypeUnregistered, -2, nullptr, (void*)p};
     return cudaSuccess;
+}
+
+// ---- NCCL (nccl.h) ----------------------------------------------------------------------------
+// An operation (a send/receive pair, an all-reduce) is one NcclOp shared by the ranks taking part;
+// each rank queues its half on its stream. The op runs (copies, sums) when the last half reaches
+// the head of its stream, so a stream waiting for its peers is "not ready". A group's halves are
+// one queue entry: a send and a receive between two ranks posted together cannot deadlock.
+struct NcclWorld;
+struct EmuNcclComm {
+    std::shared_ptr<NcclWorld> world;
+    int rank, device;
+    bool aborted = false;                        // freed by ncclCommAbort; kept to report a later use
+    std::map<std::pair<int, int>, long> posted;  // operations posted per (from, to); all-reduces: (-1, -1)
+};
+namespace {
+struct NcclOp {
+    std::shared_ptr<NcclWorld> world;
+    int parties, posted = 0, arrived = 0;
+    size_t bytes;
+    bool reduce, done = false;
+    std::vector<int> ranks;  // by party: sender and receiver, or every rank of the all-reduce
+    std::vector<const void*> src;
+    std::vector<void*> dst;
+};
+struct NcclHalf {
+    std::shared_ptr<NcclOp> op;
+    int party;
+    bool arrived = false;
+};
+}  // namespace
+struct NcclWorld {
+    int n, joined;
+    std::vector<EmuNcclComm*> comms;                                     // by rank; null once destroyed or aborted
+    std::map<std::tuple<int, int, long>, std::shared_ptr<NcclOp>> open;  // (from, to, number) -> op with halves to come
+};
+namespace {
+std::mutex g_join_mu;  // ncclCommInitRank waits here, without holding mu
+std::condition_variable g_join_cv;
+std::map<std::string, std::shared_ptr<NcclWorld>> g_joining;
+struct Posted {
+    EmuStream* s;
+    NcclHalf half;
+    std::vector<Access> acc;
+};
+thread_local std::vector<Posted> t_posted;  // this thread's halves until its group ends
+thread_local int t_group = 0;
+
+ncclResult_t nccl_fail(ncclResult_t r, const std::string& msg) {
+    fprintf(stderr, "EMU: %s: %s\n", msg.c_str(), ncclGetErrorString(r));
+    return r;
+}
+bool gone(const NcclOp& op, int party) { return !op.world->comms[op.ranks[party]]; }
+// The last half has arrived: the sum of the sources (the one source of a send, in rank order for
+// an all-reduce, so every rank gets the same bits) goes to every destination.
+void nccl_run(NcclOp& op) {
+    const char* what = op.reduce ? "ncclAllReduce" : "ncclSend/ncclRecv";
+    std::set<Alloc*> xs;
+    for (int p = 0; p < op.parties; p++) {
+        if (gone(op, p)) return;  // a peer aborted: the others wait until they time out
+        for (const void* q : {op.src[p], (const void*)op.dst[p]}) {
+            Alloc* x = q ? find_alloc(q) : nullptr;
+            if (q && x && !x->live) fatal(std::string(what) + " (as it ran): rank " + std::to_string(op.ranks[p]) + "'s buffer was freed");
+            xs.insert(x);
+        }
+    }
+    if (g_trace) fprintf(stderr, "EMU %s (%zu bytes)\n", what, op.bytes);
+    op.done = true;
+    with_open(xs, what, [&] {
+        std::vector<float> sum((op.bytes + 3) / 4);
+        memcpy(sum.data(), op.src[0], op.bytes);
+        for (int p = 1; p < op.parties; p++)
+            for (size_t i = 0; op.src[p] && i < sum.size(); i++) sum[i] += ((const float*)op.src[p])[i];
+        for (void* d : op.dst)
+            if (d) memcpy(d, sum.data(), op.bytes);
+    });
+}
+// Queues the group's halves, one entry per stream, each done when all its operations are.
+ncclResult_t nccl_flush() {
+    Lock lock;
+    while (!t_posted.empty()) {
+        EmuStream* s = t_posted.front().s;
+        std::vector<NcclHalf> halves;
+        std::vector<Access> acc;
+        for (auto it = t_posted.begin(); it != t_posted.end();) {
+            if (it->s != s) { ++it; continue; }
+            halves.push_back(it->half), acc.insert(acc.end(), it->acc.begin(), it->acc.end());
+            it = t_posted.erase(it);
+        }
+        submit_gated(s, "NCCL", acc, [halves]() mutable {
+            bool done = true;
+            for (NcclHalf& h : halves) {
+                if (gone(*h.op, h.party)) continue;  // its communicator was aborted: dropped
+                if (!h.arrived && (h.arrived = true, ++h.op->arrived == h.op->parties)) nccl_run(*h.op);
+                done &= h.op->done;
+            }
+            return done;
+        });
+    }
+    return ncclSuccess;
+}
+// Adds this rank's half of the operation `key` (party `party` of `parties`) to its group.
+ncclResult_t nccl_post(const std::string& what, ncclComm_t c, cudaStream_t st, std::tuple<int, int, long> key,
+                       int parties, int party, const void* src, void* dst, size_t bytes) {
+    Lock lock;
+    if (!c || c->aborted) return nccl_fail(ncclInvalidArgument, what + ": no communicator, or an aborted one");
+    EmuStream* s = resolve(st);
+    if (s->device != c->device)
+        return nccl_fail(ncclInvalidUsage, what + " on " + stream_name(s) + " for a communicator of cuda:" + std::to_string(c->device));
+    std::vector<Access> acc;
+    for (const void* p : {src, (const void*)dst}) {
+        if (!p) continue;
+        Alloc* x = find_alloc(p);
+        const std::string e = !x || x->device != c->device ? hex(p) + " is not memory of cuda:" + std::to_string(c->device)
+                                                           : check_range(p, bytes, x, "buffer");
+        if (!e.empty()) return nccl_fail(ncclInvalidArgument, what + ": " + e);
+        acc.push_back({x, p == dst});
+    }
+    std::shared_ptr<NcclOp>& slot = c->world->open[key];
+    if (!slot)
+        slot.reset(new NcclOp{c->world, parties, 0, 0, bytes, std::get<0>(key) < 0, false, std::vector<int>(parties),
+                              std::vector<const void*>(parties), std::vector<void*>(parties)});
+    else if (slot->bytes != bytes)
+        fatal(what + " of " + std::to_string(bytes) + " bytes meets a half of " + std::to_string(slot->bytes) +
+              " bytes (NCCL matches the sends and receives of two ranks in posting order)");
+    std::shared_ptr<NcclOp> op = slot;
+    op->ranks[party] = c->rank, op->src[party] = src, op->dst[party] = dst;
+    if (++op->posted == parties) c->world->open.erase(key);
+    t_posted.push_back({s, {op, party}, acc});
+    return t_group ? ncclSuccess : nccl_flush();
+}
+ncclComm_t new_comm(const std::shared_ptr<NcclWorld>& w, int rank, int device) {
+    return w->comms[rank] = new EmuNcclComm{w, rank, device, false, {}};
+}
+}  // namespace
+
+const char* ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+        case ncclSuccess: return "no error";
+        case ncclSystemError: return "unhandled system error";
+        case ncclInvalidArgument: return "invalid argument";
+        case ncclInvalidUsage: return "invalid usage";
+    }
+    return "unknown result";
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    static std::atomic<int> next{0};
+    snprintf(id->internal, sizeof id->internal, "emu-nccl-%d", next++);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitAll(ncclComm_t* comms, int n, const int* devices) {
+    Lock lock;
+    auto w = std::make_shared<NcclWorld>(NcclWorld{n, n, std::vector<EmuNcclComm*>(n), {}});
+    for (int r = 0; r < n; r++) {
+        if (devices[r] < 0 || devices[r] >= g_gpus || std::count(devices, devices + r, devices[r]))
+            return nccl_fail(ncclInvalidArgument, "ncclCommInitAll: device " + std::to_string(devices[r]) + " missing or twice");
+        comms[r] = new_comm(w, r, devices[r]);
+    }
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int n, ncclUniqueId id, int rank) {  // blocks until all n joined
+    std::unique_lock<std::mutex> lock(g_join_mu);
+    std::shared_ptr<NcclWorld>& slot = g_joining[id.internal];
+    if (!slot) slot = std::make_shared<NcclWorld>(NcclWorld{n, 0, std::vector<EmuNcclComm*>(n), {}});
+    std::shared_ptr<NcclWorld> w = slot;
+    if (n != w->n || rank < 0 || rank >= n || w->comms[rank])
+        return nccl_fail(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(n) +
+                                                  " twice or out of range");
+    for (EmuNcclComm* c : w->comms)
+        if (c && c->device == t_dev) return nccl_fail(ncclInvalidUsage, "ncclCommInitRank: two ranks on cuda:" + std::to_string(t_dev));
+    *comm = new_comm(w, rank, t_dev);
+    if (++w->joined == n) g_joining.erase(id.internal), g_join_cv.notify_all();
+    if (!g_join_cv.wait_for(lock, std::chrono::seconds(60), [&] { return w->joined == n; }))
+        return nccl_fail(ncclSystemError, "ncclCommInitRank: not all " + std::to_string(n) + " ranks joined within 60 s");
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    Lock lock;
+    if (c && c->aborted) fatal("ncclCommDestroy of a communicator that ncclCommAbort has already freed");
+    if (c) c->world->comms[c->rank] = nullptr;
+    delete c;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t c) {  // its queued halves are dropped; its peers' wait
+    Lock lock;
+    if (c && c->aborted) fatal("ncclCommAbort of a communicator that ncclCommAbort has already freed");
+    if (c) c->world->comms[c->rank] = nullptr, c->aborted = true;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* error) {
+    *error = ncclSuccess;
+    return c && !c->aborted ? ncclSuccess : nccl_fail(ncclInvalidArgument, "ncclCommGetAsyncError: no communicator");
+}
+ncclResult_t ncclGroupStart() { return t_group++, ncclSuccess; }
+ncclResult_t ncclGroupEnd() {
+    if (t_group == 0) return nccl_fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    return --t_group ? ncclSuccess : nccl_flush();
+}
+ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c, cudaStream_t s) {
+    if (!c || peer < 0 || peer >= c->world->n || type != ncclChar) return nccl_fail(ncclInvalidArgument, "ncclSend: peer or type");
+    return nccl_post("ncclSend", c, s, {c->rank, peer, c->posted[{c->rank, peer}]++}, 2, 0, buf, nullptr, count);
+}
+ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c, cudaStream_t s) {
+    if (!c || peer < 0 || peer >= c->world->n || type != ncclChar) return nccl_fail(ncclInvalidArgument, "ncclRecv: peer or type");
+    return nccl_post("ncclRecv", c, s, {peer, c->rank, c->posted[{peer, c->rank}]++}, 2, 1, nullptr, buf, count);
+}
+ncclResult_t ncclAllReduce(const void* sendbuf, void* recvbuf, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t s) {
+    if (!c || type != ncclFloat || op != ncclSum) return nccl_fail(ncclInvalidArgument, "ncclAllReduce: only float sums are emulated");
+    return nccl_post("ncclAllReduce", c, s, {-1, -1, c->posted[{-1, -1}]++}, c->world->n, c->rank, sendbuf, recvbuf, count * 4);
 }

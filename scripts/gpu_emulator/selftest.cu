@@ -6,10 +6,15 @@
 //   oob         a kernel writes past the end of its buffer    -> "PAST THE END"
 //   diverge     __syncthreads that half the threads skip      -> "deadlock"
 //   race        the legacy stream reads what a non-blocking stream may still be writing -> "RACE"
+//   nccl        (EMU_GPUS=2) receives wait for their sends, in posting order; an all-reduce sums;
+//               then a 4-byte send meets an 8-byte receive   -> "meets a half"
 #include <cuda_runtime.h>
+#include <nccl.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 __global__ void fill(float* x, float v, int n) {
@@ -32,8 +37,54 @@ __global__ void reduce(float* sums, float* any) {
     if (t == 0) *any = (float)a;
 }
 
+// Rank r of two, on cuda:r: b = [1, 1, 1, 1] on rank 0, [2, 3, 2, 2] on rank 1. Rank 0 receives
+// b[2] before rank 1 has sent anything (its stream must be "not ready"), then b[3]; rank 1 sends
+// b[0], b[1]. The all-reduce then gives [3, 4, 4, 5] to both.
+bool nccl_rank(ncclComm_t comm, int r, std::atomic<int>& posted) {
+    cudaSetDevice(r);
+    cudaStream_t s;
+    float* b;
+    std::vector<float> h(4);
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMallocAsync(&b, 4 * sizeof(float), s);
+    fill<<<1, 4, 0, s>>>(b, 1.0f + r, 4);
+    if (r == 1) fill<<<1, 1, 0, s>>>(b + 1, 3.0f, 1);
+    bool ok = true;
+    if (r == 0) {
+        ncclRecv(b + 2, 4, ncclChar, 1, comm, s);
+        ok = cudaStreamQuery(s) == cudaErrorNotReady;
+        posted = 1;
+        ncclRecv(b + 3, 4, ncclChar, 1, comm, s);
+    } else {
+        while (!posted) std::this_thread::yield();
+        ncclSend(b, 4, ncclChar, 0, comm, s), ncclSend(b + 1, 4, ncclChar, 0, comm, s);
+    }
+    ncclAllReduce(b, b, 4, ncclFloat, ncclSum, comm, s);
+    while (cudaStreamQuery(s) == cudaErrorNotReady) std::this_thread::yield();
+    cudaMemcpy(h.data(), b, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+    return ok && h == std::vector<float>{3, 4, 4, 5};
+}
+
 int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "ok";
+    if (mode == "nccl") {
+        ncclComm_t comms[2];
+        const int devices[2] = {0, 1};
+        ncclCommInitAll(comms, 2, devices);
+        std::atomic<int> posted{0};
+        bool ok[2];
+        std::thread t([&] { ok[1] = nccl_rank(comms[1], 1, posted); });
+        ok[0] = nccl_rank(comms[0], 0, posted);
+        t.join();
+        if (!ok[0] || !ok[1]) return std::printf("nccl: WRONG\n"), 1;
+        float* d;
+        cudaMalloc(&d, 8);
+        ncclRecv(d, 8, ncclChar, 1, comms[0], nullptr);
+        cudaSetDevice(1);
+        cudaMalloc(&d, 8);
+        ncclSend(d, 4, ncclChar, 0, comms[1], nullptr);
+        return std::printf("nccl: nothing caught\n"), 1;
+    }
     cudaStream_t s;
     float* d;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);

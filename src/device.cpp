@@ -11,16 +11,8 @@
 #ifdef PIPETRAIN_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
-
-// file:line and the CUDA error, then throw (kernels/cuda/common.cuh has the same for .cu files).
-#define PT_CUDA_CHECK(call)                                                                            \
-    do {                                                                                               \
-        cudaError_t err_ = (call);                                                                     \
-        if (err_ != cudaSuccess)                                                                       \
-            throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +          \
-                                     ": CUDA error: " + cudaGetErrorString(err_) + " (" #call ")");    \
-    } while (0)
 #endif
 
 namespace pt {
@@ -88,22 +80,22 @@ void set_device(Device d, int stream_id) {
     static std::mutex mu;
     static std::map<std::pair<int, int>, cudaStream_t> streams;
     std::lock_guard<std::mutex> lock(mu);
-    PT_CUDA_CHECK(cudaSetDevice(d.index));
+    CUDA_CHECK(cudaSetDevice(d.index));
     cudaStream_t& s = streams[{d.index, stream_id}];
     if (!s) {
-        PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         // Keep freed blocks in the stream-ordered pool: allocation in the training loop then
         // costs no driver call and never synchronises the device.
         cudaMemPool_t pool;
-        PT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, d.index));
+        CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, d.index));
         uint64_t keep = UINT64_MAX;
-        PT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     }
     tl_context.stream = s;
 }
 
 void synchronize() {
-    if (tl_context.device.cuda) PT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    if (tl_context.device.cuda) CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 Device device_of(const void* p) {
@@ -123,9 +115,9 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
     if (!dst_gpu && !src_gpu) {
         std::memcpy(dst, src, bytes);
     } else if (!tl_context.device.cuda) {   // a CPU thread: a blocking copy
-        PT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+        CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
     } else {
-        PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
         if (!dst_gpu || !src_gpu) synchronize();
     }
 }
@@ -135,7 +127,7 @@ void* alloc(size_t bytes, Device d, void** s) {
     if (!(tl_context.device == d)) throw std::logic_error("Array: allocating on " + d.name() + " from a thread on " +
                                                           tl_context.device.name());
     void* p = nullptr;
-    PT_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream()));
+    CUDA_CHECK(cudaMallocAsync(&p, bytes, stream()));
     *s = tl_context.stream;
     return p;
 }
@@ -144,7 +136,7 @@ void release(void* p, void* s) {
     if (cudaFreeAsync(p, static_cast<cudaStream_t>(s)) != cudaSuccess) (void)cudaGetLastError();
 }
 void zero(void* p, size_t bytes) {
-    if (bytes) PT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
 }
 }  // namespace detail
 

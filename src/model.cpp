@@ -174,7 +174,7 @@ class Embedding : public Layer {
         auto s = std::make_unique<EmbeddingStash>();
         s->e = zeros(size_t(N) * C);
         s->mean.resize(N), s->rstd.resize(N);
-        Array<int32_t> pos = on_device(positions(mb.B, mb.T));
+        const Array<int32_t>& pos = positions(mb.B, mb.T);
         dev::embedding_forward(s->e.data(), mb.dev.input_ids, P(word_), N, C);
         dev::embedding_forward(s->e.data(), pos.data(), P(pos_), N, C);
         dev::embedding_forward(s->e.data(), mb.dev.token_type_ids, P(type_), N, C);
@@ -198,7 +198,7 @@ class Embedding : public Layer {
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
-        Array<int32_t> pos = on_device(positions(mb.B, mb.T));
+        const Array<int32_t>& pos = positions(mb.B, mb.T);
         dev::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
         dev::embedding_backward(G(word_), s.de.data(), mb.dev.input_ids, N, C);
@@ -209,14 +209,21 @@ class Embedding : public Layer {
 
  private:
     bool task_used(const MicroBatch& mb) const { return cfg_.use_task_id && mb.dev.task_type_ids; }
-    static std::vector<int32_t> positions(int B, int T) {
-        std::vector<int32_t> pos(size_t(B) * T);
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) pos[size_t(b) * T + t] = t;
-        return pos;
+    // Position ids (B, T) on this thread's device, made once per shape rather than per call (on a
+    // GPU each upload would wait for the copy).
+    const Array<int32_t>& positions(int B, int T) {
+        if (positions_.size() != size_t(B) * T || T != positions_T_ || !(positions_.device() == current_device())) {
+            std::vector<int32_t> pos(size_t(B) * T);
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) pos[size_t(b) * T + t] = t;
+            positions_.assign(pos), positions_T_ = T;
+        }
+        return positions_;
     }
     ModelConfig cfg_;
     size_t word_, pos_, type_, task_ = 0, lnw_, lnb_;
+    Array<int32_t> positions_;
+    int positions_T_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

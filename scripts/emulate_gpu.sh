@@ -80,6 +80,7 @@ EOF
         check "selftest ${mode%%:*}" "${mode#*:}" ./selftest "${mode%%:*}"
     done
     check "selftest nccl" "meets a half" EMU_GPUS=2 ./selftest nccl
+    check "selftest crossfree" "while the current device is cuda:1" EMU_GPUS=2 ./selftest crossfree
     check "gemm v2 without its first __syncthreads" "FAILURE" ./mutant/test_cuda_kernels -tc="gemm: every*"
 fi
 wait

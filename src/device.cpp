@@ -131,9 +131,14 @@ void* alloc(size_t bytes, Device d, void** s) {
     *s = tl_context.stream;
     return p;
 }
-void release(void* p, void* s) {
-    // Destructors must not throw; a failure here means the context is already gone (exit).
+void release(void* p, void* s, int device) {
+    // Freed on the stream that allocated it, with that stream's GPU current: the thread freeing
+    // may be on another GPU (a ThreadComm message dropped by its receiver). Destructors must not
+    // throw; a failure here means the context is already gone (exit).
+    int current = device;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device) (void)cudaSetDevice(device);
     if (cudaFreeAsync(p, static_cast<cudaStream_t>(s)) != cudaSuccess) (void)cudaGetLastError();
+    if (current != device) (void)cudaSetDevice(current);
 }
 void zero(void* p, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream()));
@@ -159,7 +164,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 }
 namespace detail {
 void* alloc(size_t, Device, void**) { throw std::logic_error("Array: no CUDA in this build"); }
-void release(void*, void*) {}
+void release(void*, void*, int) {}
 void zero(void*, size_t) { throw std::logic_error("Array: no CUDA in this build"); }
 }  // namespace detail
 

@@ -42,7 +42,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes);
 
 namespace detail {   // used by Array
 void* alloc(size_t bytes, Device d, void** stream);
-void release(void* p, void* stream);
+void release(void* p, void* stream, int device);
 void zero(void* p, size_t bytes);
 }  // namespace detail
 
@@ -88,7 +88,7 @@ class Array {
         return v;
     }
     void clear() {
-        if (ptr_) detail::release(ptr_, stream_);
+        if (ptr_) detail::release(ptr_, stream_, device_.index);
         ptr_ = nullptr, stream_ = nullptr, n_ = 0;
         host_.clear(), host_.shrink_to_fit();
     }

@@ -125,8 +125,13 @@ void NcclComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>&
     }
     int pos = int(me - ranks.begin());
     if (!g->comms[pos]) {
+        // ncclCommInitRank blocks, with no timeout, until every member calls it. Meeting on the
+        // host first (which times out and aborts, naming the rank) means none waits for a
+        // member that died before its first all-reduce.
+        double arrived = 0;
+        host_.allreduce_sum(&arrived, 1, ranks);
         ncclComm_t c;
-        NCCL_CHECK(ncclCommInitRank(&c, int(ranks.size()), g->id, pos));   // blocks until all members call it
+        NCCL_CHECK(ncclCommInitRank(&c, int(ranks.size()), g->id, pos));
         std::lock_guard<std::mutex> lock(g->mu);
         g->comms[pos] = c;
     }

@@ -40,6 +40,7 @@ const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError();
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);

@@ -574,6 +574,10 @@ cudaError_t cudaSetDevice(int d) {
     t_dev = d;
     return cudaSuccess;
 }
+cudaError_t cudaGetDevice(int* d) {
+    *d = t_dev;
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() {
     Lock lock;
     run_queue(legacy(t_dev));
@@ -601,6 +605,9 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {  // runs what it can: lazy work ha
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
     Lock lock;
     *p = nullptr;
+    if (resolve(s)->device != t_dev)
+        return fail(cudaErrorInvalidResourceHandle, "cudaMallocAsync on " + stream_name(resolve(s)) +
+                                                        " while the current device is cuda:" + std::to_string(t_dev));
     Alloc* x = bytes ? new_alloc(bytes, resolve(s)->device) : nullptr;
     if (bytes && !x) return fail(cudaErrorMemoryAllocation, "cudaMallocAsync(" + std::to_string(bytes) + ")");
     if (x) *p = x->p;
@@ -615,15 +622,24 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
         return fail(cudaErrorInvalidValue, "cudaFreeAsync(" + hex(p) + "): not the start of a live device allocation" +
                                                (it != g_allocs.end() ? " (double free)" : ""));
     Alloc* x = it->second;
+    // Whether CUDA accepts another GPU's stream here is not documented; we never rely on it.
+    // Fatal, not an error code: destructors ignore the codes that free calls return.
+    if (resolve(s)->device != t_dev || x->device != t_dev)
+        fatal("cudaFreeAsync(" + hex(p) + ") of cuda:" + std::to_string(x->device) + " memory on " +
+              stream_name(resolve(s)) + " while the current device is cuda:" + std::to_string(t_dev));
     x->free_queued = true;
     submit(resolve(s), "cudaFreeAsync", {{x, true}}, [x] { release_alloc(x); });
     return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {  // synchronises the device first, as the real one does
     Lock lock;
+    const int saved = t_dev;   // frees any GPU's memory, as the real one does
+    auto it = g_allocs.find((uintptr_t)p);
+    if (p && it != g_allocs.end()) t_dev = it->second->device;
     cudaDeviceSynchronize();
     cudaError_t e = cudaFreeAsync(p, nullptr);
     run_queue(legacy(t_dev));
+    t_dev = saved;
     return e;
 }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int d) {

@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
     if (mode == "hostptr") fill<<<4, 256, 0, s>>>(h.data(), 1.0f, 1024);
     if (mode == "oob") fill<<<5, 256, 0, s>>>(d, 1.0f, 1280);
     if (mode == "diverge") diverge<<<1, 64, 0, s>>>(d);
+    if (mode == "crossfree") cudaSetDevice(1), cudaFreeAsync(d, s);   // cuda:0 memory freed from cuda:1
     if (mode == "race") {
         fill<<<4, 256, 0, s>>>(d, 2.0f, 1024);
         cudaMemcpy(h.data(), d, sizeof(float), cudaMemcpyDeviceToHost);

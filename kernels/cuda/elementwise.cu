@@ -74,17 +74,32 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const f
 // One block per row n. Only the block of the FIRST row with a given id works: it sums dout over
 // all rows with that id in increasing n, then adds the sum to the table row once. That is the
 // CPU's order exactly (same bits), and every table row is written by one block only.
+// The rows are found blockDim at a time; the matching ones are compacted, in order, into shared
+// memory with warp ballots, so an id costs O(N) id reads plus O(its rows * C) adds, not O(N * C).
 __global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids, int N, int C) {
-    const int n = blockIdx.x, id = ids[n];
+    extern __shared__ float sums[];                               // (C)
+    __shared__ int rows[kThreads], warp_end[kThreads / 32];       // matches of a chunk; prefix counts
+    const int n = blockIdx.x, id = ids[n], lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int seen_before = 0;
     for (int m = threadIdx.x; m < n; m += blockDim.x) seen_before |= ids[m] == id;
     if (__syncthreads_or(seen_before)) return;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = 0.0f;
-        for (int m = n; m < N; m++)
-            if (ids[m] == id) sum += dout[(size_t)m * C + c];
-        dtable[(size_t)id * C + c] += sum;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sums[c] = 0.0f;
+    for (int m0 = n; m0 < N; m0 += blockDim.x) {
+        const bool match = m0 + (int)threadIdx.x < N && ids[m0 + threadIdx.x] == id;
+        const unsigned ballot = __ballot_sync(0xffffffffu, match);
+        if (lane == 0) warp_end[warp] = __popc(ballot);
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 1; w < (int)blockDim.x / 32; w++) warp_end[w] += warp_end[w - 1];
+        __syncthreads();
+        const int before = warp > 0 ? warp_end[warp - 1] : 0, count = warp_end[blockDim.x / 32 - 1];
+        if (match) rows[before + __popc(ballot & ((1u << lane) - 1))] = m0 + threadIdx.x;
+        __syncthreads();
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            for (int i = 0; i < count; i++) sums[c] += dout[(size_t)rows[i] * C + c];
+        __syncthreads();   // the next chunk rewrites rows and warp_end
     }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dtable[(size_t)id * C + c] += sums[c];
 }
 
 int blocks(int N) { return ceil_div(N, kThreads); }
@@ -159,7 +174,9 @@ void embedding_forward(float* out, const int32_t* ids, const float* table, int N
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C,
                         cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
-    embedding_backward_kernel<<<N, kThreads, 0, stream>>>(dtable, dout, ids, N, C);
+    if (C > 12288)   // the row's sums live in shared memory: 48 KiB without opting in to more
+        throw std::runtime_error("embedding_backward: width " + std::to_string(C) + " is above 12288");
+    embedding_backward_kernel<<<N, kThreads, C * sizeof(float), stream>>>(dtable, dout, ids, N, C);
     CUDA_CHECK_LAST();
 }
 

@@ -72,35 +72,34 @@ __global__ void gemm_smem_tiles_kernel(float* C, const float* A, const float* B,
 
 // ---- v3: register tiles — a 128x128 block tile, each of 256 threads computing an 8x8 patch
 // from registers: 16 shared-memory loads feed 64 FMAs. Global loads are float4 when the
-// leading dimension is a multiple of 4 and the pointer 16-byte aligned, scalar otherwise.
+// leading dimension is a multiple of 4 and the pointer 16-byte aligned, scalar otherwise. The
+// next k-tile waits in registers while this one is computed (two shared buffers alternate).
 constexpr int BM3 = 128, BN3 = 128, BK3 = 8;
 
-// Stages rows [r0, r0+128) x k [k0, k0+8) of a matrix X into S[k][r] (zero outside). X holds
-// element (r, k) at X[r*K + k] when k_contig (A as stored, or B when transposed), else at
-// X[k*R + r]. Each of the 256 threads loads 4 consecutive floats.
-__device__ inline void load_tile(float (*S)[BM3], const float* X, int R, int K, int r0, int k0,
-                                 bool k_contig, bool vec, int tid) {
-    if (k_contig) {
-        const int r = tid / 2, kq = (tid % 2) * 4;
-        const int gr = r0 + r, gk = k0 + kq;
-        if (vec && gr < R && gk < K) {  // vec implies K % 4 == 0, so gk + 3 < K
-            const float4 x = *reinterpret_cast<const float4*>(X + (size_t)gr * K + gk);
-            S[kq][r] = x.x, S[kq + 1][r] = x.y, S[kq + 2][r] = x.z, S[kq + 3][r] = x.w;
+// Rows [r0, r0+128) x k [k0, k0+8) of a matrix X (zeros outside), 4 consecutive floats per
+// thread. X holds element (r, k) at X[r*K + k] when k_contig (A as stored, or B when
+// transposed), else at X[k*R + r]. store() writes them to S[k][r].
+struct Tile3 {
+    float x[4];
+    int r, k;   // where this thread's run starts: along k (k_contig) or along r
+    __device__ Tile3(bool k_contig, int tid)
+        : r(k_contig ? tid / 2 : (tid % 32) * 4), k(k_contig ? (tid % 2) * 4 : tid / 32) {}
+    __device__ void load(const float* X, int R, int K, int r0, int k0, bool k_contig, bool vec) {
+        const int gr = r0 + r, gk = k0 + k;
+        const float* p = k_contig ? X + (size_t)gr * K + gk : X + (size_t)gk * R + gr;
+        if (vec && gr < R && gk < K) {  // vec: the run's dimension is a multiple of 4
+            const float4 v = *reinterpret_cast<const float4*>(p);
+            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
         } else {
             for (int i = 0; i < 4; i++)
-                S[kq + i][r] = (gr < R && gk + i < K) ? X[(size_t)gr * K + gk + i] : 0.0f;
-        }
-    } else {
-        const int k = tid / 32, rq = (tid % 32) * 4;
-        const int gk = k0 + k, gr = r0 + rq;
-        if (vec && gk < K && gr < R) {  // vec implies R % 4 == 0, so gr + 3 < R
-            *reinterpret_cast<float4*>(&S[k][rq]) = *reinterpret_cast<const float4*>(X + (size_t)gk * R + gr);
-        } else {
-            for (int i = 0; i < 4; i++)
-                S[k][rq + i] = (gk < K && gr + i < R) ? X[(size_t)gk * R + gr + i] : 0.0f;
+                x[i] = (k_contig ? gr < R && gk + i < K : gr + i < R && gk < K) ? p[i] : 0.0f;
         }
     }
-}
+    __device__ void store(float (*S)[BM3], bool k_contig) const {
+        if (k_contig) S[k][r] = x[0], S[k + 1][r] = x[1], S[k + 2][r] = x[2], S[k + 3][r] = x[3];
+        else *reinterpret_cast<float4*>(&S[k][r]) = make_float4(x[0], x[1], x[2], x[3]);
+    }
+};
 
 // Thread (ty, tx) owns rows {ty*4 .. ty*4+3, 64+ty*4 .. 64+ty*4+3} and the same pattern of
 // columns: neighbouring threads then read neighbouring float4s of shared memory, no conflicts.
@@ -110,21 +109,24 @@ __global__ void __launch_bounds__(256)
 gemm_register_tiles_kernel(float* C, const float* A, const float* B, const float* bias, int M,
                            int N, int K, bool transA, bool transB, float alpha, float beta,
                            bool vecA, bool vecB) {
-    __shared__ __align__(16) float As[BK3][BM3];  // As[k][m]
-    __shared__ __align__(16) float Bs[BK3][BN3];  // Bs[k][n]
+    __shared__ __align__(16) float As[2][BK3][BM3];  // As[k][m]
+    __shared__ __align__(16) float Bs[2][BK3][BN3];  // Bs[k][n]
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int m0 = blockIdx.y * BM3, n0 = blockIdx.x * BN3;
     float acc[8][8] = {};
-    for (int k0 = 0; k0 < K; k0 += BK3) {
-        load_tile(As, A, M, K, m0, k0, !transA, vecA, tid);
-        load_tile(Bs, B, N, K, n0, k0, transB, vecB, tid);
-        __syncthreads();
+    Tile3 ta(!transA, tid), tb(transB, tid);
+    ta.load(A, M, K, m0, 0, !transA, vecA), tb.load(B, N, K, n0, 0, transB, vecB);
+    ta.store(As[0], !transA), tb.store(Bs[0], transB);
+    __syncthreads();
+    for (int k0 = 0, buf = 0; k0 < K; k0 += BK3, buf ^= 1) {
+        const bool next = k0 + BK3 < K;
+        if (next) ta.load(A, M, K, m0, k0 + BK3, !transA, vecA), tb.load(B, N, K, n0, k0 + BK3, transB, vecB);
         #pragma unroll
         for (int kk = 0; kk < BK3; kk++) {
-            const float4 a0 = *reinterpret_cast<const float4*>(&As[kk][ty * 4]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&As[kk][64 + ty * 4]);
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[kk][tx * 4]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[kk][64 + tx * 4]);
+            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][64 + ty * 4]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][64 + tx * 4]);
             const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
             #pragma unroll
@@ -132,6 +134,8 @@ gemm_register_tiles_kernel(float* C, const float* A, const float* B, const float
                 #pragma unroll
                 for (int j = 0; j < 8; j++) acc[i][j] += a[i] * b[j];
         }
+        // The other buffer was last read before the previous barrier: safe to fill now.
+        if (next) ta.store(As[buf ^ 1], !transA), tb.store(Bs[buf ^ 1], transB);
         __syncthreads();
     }
     #pragma unroll
@@ -149,7 +153,44 @@ gemm_register_tiles_kernel(float* C, const float* A, const float* B, const float
 // ---- v4: bf16 tensor cores — mma.sync m16n8k16 (bf16 x bf16 -> fp32). The fp32 inputs are
 // rounded to bf16 while being staged in shared memory (no bf16 copies in global memory), so
 // the result carries bf16 input rounding (~3 significant digits). 8 warps, each 64x32 of C.
+// The next k-tile is loaded into registers (float4s where the layout allows) while the tensor
+// cores work on this one, and two shared buffers alternate: global latency hides behind MMAs.
 constexpr int BM4 = 128, BN4 = 128, BK4 = 32, PAD4 = 8;  // PAD4: conflict-free fragment reads
+typedef __nv_bfloat16 TileBF16[BM4][BK4 + PAD4];         // S[r][k]: 128 rows, k contiguous
+
+// Registers holding one 128x32 tile of X, whose element (r, k) is at X[r*K + k] when k_contig,
+// else at X[k*R + r]: 4 runs of 4 floats per thread, along k or along r (zeros outside R x K).
+struct TileRegs {
+    float x[4][4];
+    __device__ void load(const float* X, int R, int K, int r0, int k0, bool k_contig, bool vec, int tid) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int idx = tid + i * 256;   // which run: consecutive threads, consecutive addresses
+            const int r = k_contig ? idx / 8 : (idx % 32) * 4, k = k_contig ? (idx % 8) * 4 : idx / 32;
+            const int gr = r0 + r, gk = k0 + k;
+            const float* p = k_contig ? X + (size_t)gr * K + gk : X + (size_t)gk * R + gr;
+            if (vec && gr < R && gk < K) {   // vec: the run's dimension is a multiple of 4
+                const float4 v = *reinterpret_cast<const float4*>(p);
+                x[i][0] = v.x, x[i][1] = v.y, x[i][2] = v.z, x[i][3] = v.w;
+            } else {
+                #pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const bool in = k_contig ? gr < R && gk + j < K : gr + j < R && gk < K;
+                    x[i][j] = in ? p[j] : 0.0f;
+                }
+            }
+        }
+    }
+    __device__ void store(TileBF16& S, bool k_contig, int tid) const {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int idx = tid + i * 256;
+            const int r = k_contig ? idx / 8 : (idx % 32) * 4, k = k_contig ? (idx % 8) * 4 : idx / 32;
+            #pragma unroll
+            for (int j = 0; j < 4; j++) S[k_contig ? r : r + j][k_contig ? k + j : k] = __float2bfloat16(x[i][j]);
+        }
+    }
+};
 
 __device__ inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
     asm volatile(
@@ -162,51 +203,47 @@ __device__ inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_
 // Two consecutive bf16 (k, k+1) of a shared row as one 32-bit fragment register.
 __device__ inline uint32_t pair(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-__global__ void __launch_bounds__(256)
+// Two blocks per SM (<= 128 registers): twice the loads in flight of one.
+__global__ void __launch_bounds__(256, 2)
 gemm_bf16_mma_kernel(float* C, const float* A, const float* B, const float* bias, int M, int N,
-                     int K, bool transA, bool transB, float alpha, float beta) {
-    __shared__ __align__(16) __nv_bfloat16 As[BM4][BK4 + PAD4];  // As[m][k]
-    __shared__ __align__(16) __nv_bfloat16 Bs[BN4][BK4 + PAD4];  // Bs[n][k]: "col" operand
+                     int K, bool transA, bool transB, float alpha, float beta, bool vecA, bool vecB) {
+    __shared__ __align__(16) TileBF16 As[2], Bs[2];  // As[m][k]; Bs[n][k]: the "col" operand
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;  // the PTX fragment layout's groupID, threadID_in_group
     const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
     const int m0 = blockIdx.y * BM4, n0 = blockIdx.x * BN4;
     float acc[4][4][4] = {};  // [m16 tile][n8 tile][fragment]
-    for (int k0 = 0; k0 < K; k0 += BK4) {
-        // Consecutive threads read consecutive global addresses for either storage order.
-        for (int idx = tid; idx < BM4 * BK4; idx += 256) {
-            const int r = transA ? idx % BM4 : idx / BK4, k = transA ? idx / BM4 : idx % BK4;
-            const float x = (m0 + r < M && k0 + k < K) ? load_a(A, m0 + r, k0 + k, M, K, transA) : 0.0f;
-            As[r][k] = __float2bfloat16(x);
-        }
-        for (int idx = tid; idx < BN4 * BK4; idx += 256) {
-            const int r = transB ? idx / BK4 : idx % BN4, k = transB ? idx % BK4 : idx / BN4;
-            const float x = (n0 + r < N && k0 + k < K) ? load_b(B, k0 + k, n0 + r, N, K, transB) : 0.0f;
-            Bs[r][k] = __float2bfloat16(x);
-        }
-        __syncthreads();
+    TileRegs ra, rb;
+    ra.load(A, M, K, m0, 0, !transA, vecA, tid), rb.load(B, N, K, n0, 0, transB, vecB, tid);
+    ra.store(As[0], !transA, tid), rb.store(Bs[0], transB, tid);
+    __syncthreads();
+    for (int k0 = 0, buf = 0; k0 < K; k0 += BK4, buf ^= 1) {
+        const bool next = k0 + BK4 < K;
+        if (next) ra.load(A, M, K, m0, k0 + BK4, !transA, vecA, tid), rb.load(B, N, K, n0, k0 + BK4, transB, vecB, tid);
         #pragma unroll
         for (int kk = 0; kk < BK4; kk += 16) {
             uint32_t a[4][4], b[4][2];
             #pragma unroll
             for (int mi = 0; mi < 4; mi++) {
                 const int r = wm + mi * 16 + g;
-                a[mi][0] = pair(&As[r][kk + 2 * t]);
-                a[mi][1] = pair(&As[r + 8][kk + 2 * t]);
-                a[mi][2] = pair(&As[r][kk + 2 * t + 8]);
-                a[mi][3] = pair(&As[r + 8][kk + 2 * t + 8]);
+                a[mi][0] = pair(&As[buf][r][kk + 2 * t]);
+                a[mi][1] = pair(&As[buf][r + 8][kk + 2 * t]);
+                a[mi][2] = pair(&As[buf][r][kk + 2 * t + 8]);
+                a[mi][3] = pair(&As[buf][r + 8][kk + 2 * t + 8]);
             }
             #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 const int c = wn + ni * 8 + g;
-                b[ni][0] = pair(&Bs[c][kk + 2 * t]);
-                b[ni][1] = pair(&Bs[c][kk + 2 * t + 8]);
+                b[ni][0] = pair(&Bs[buf][c][kk + 2 * t]);
+                b[ni][1] = pair(&Bs[buf][c][kk + 2 * t + 8]);
             }
             #pragma unroll
             for (int mi = 0; mi < 4; mi++)
                 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], a[mi], b[ni]);
         }
+        // The other buffer was last read before the previous barrier: safe to fill now.
+        if (next) ra.store(As[buf ^ 1], !transA, tid), rb.store(Bs[buf ^ 1], transB, tid);
         __syncthreads();
     }
     // Accumulator fragment: d0, d1 at (g, 2t), (g, 2t+1); d2, d3 eight rows below.
@@ -278,8 +315,11 @@ void gemm_v4_bf16_mma(float* C, const float* A, const float* B, const float* bia
                       int K, bool transA, bool transB, float alpha, float beta,
                       cudaStream_t stream) {
     if (M <= 0 || N <= 0) return;
+    const bool vecA = aligned16(A) && (transA ? M : K) % 4 == 0;
+    const bool vecB = aligned16(B) && (transB ? K : N) % 4 == 0;
     const dim3 grid(ceil_div(N, BN4), ceil_div(M, BM4));
-    gemm_bf16_mma_kernel<<<grid, 256, 0, stream>>>(C, A, B, bias, M, N, K, transA, transB, alpha, beta);
+    gemm_bf16_mma_kernel<<<grid, 256, 0, stream>>>(C, A, B, bias, M, N, K, transA, transB, alpha, beta,
+                                                   vecA, vecB);
     CUDA_CHECK_LAST();
 }
 

@@ -11,6 +11,7 @@
 #include "pipeline.hpp"
 #include "src/args.hpp"
 #include "src/comm.hpp"
+#include "src/io.hpp"
 #include "src/stage.hpp"
 
 namespace pt {
@@ -25,20 +26,6 @@ double median(std::vector<double> v) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// A (B, T) batch of pseudo-random ids, every 7th token an MLM target (~15%): timing needs the
-// shapes and the target density of real data, not its text.
-Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
-    Batch b;
-    b.B = B, b.T = T;
-    size_t n = size_t(B) * T;
-    b.input_ids.resize(n), b.token_type_ids.assign(n, 0), b.attention_mask.assign(n, 1), b.targets.assign(n, kIgnore);
-    for (size_t i = 0; i < n; i++) {
-        b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
-        if (i % 7 == 3) b.targets[i] = b.input_ids[i];
-    }
-    return b;
 }
 
 struct Cost {   // µs of one micro-batch
@@ -171,18 +158,6 @@ pp::Schedule make(const std::string& name, int P, int M) {
     throw std::runtime_error("--schedules: expected a comma-separated list of gpipe, 1f1b, zb-h1, got \"" + name + "\"");
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-    std::vector<std::string> out;
-    size_t start = 0;
-    while (start <= s.size()) {
-        size_t comma = s.find(',', start);
-        if (comma == std::string::npos) comma = s.size();
-        out.push_back(s.substr(start, comma - start));
-        start = comma + 1;
-    }
-    return out;
-}
-
 }  // namespace
 
 int bench_pipeline_main(const std::vector<std::string>& argv) {
@@ -193,14 +168,14 @@ int bench_pipeline_main(const std::vector<std::string>& argv) {
     int steps = int(a.integer("--steps", 10, 1, 1000)), reps = int(a.integer("--reps", 5, 1, 1000));
     if (B % M != 0) throw std::runtime_error("--batch: " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
     std::vector<int> stage_counts;
-    for (const std::string& s : split_list(a.str("--stages", "1,2,4"))) {
+    for (const std::string& s : split(a.str("--stages", "1,2,4"), ',')) {
         int P = s.empty() || s.size() > 3 || s.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoi(s);
         if (P < 1 || P > num_model_layers(cfg))
             throw std::runtime_error("--stages: expected stage counts between 1 and " + std::to_string(num_model_layers(cfg)) +
                                      " (the model's layers), got \"" + s + "\"");
         stage_counts.push_back(P);
     }
-    std::vector<std::string> schedules = split_list(a.str("--schedules", "gpipe,1f1b"));
+    std::vector<std::string> schedules = split(a.str("--schedules", "gpipe,1f1b"), ',');
     for (const std::string& s : schedules) make(s, 1, 1);
     RunOptions opt;
     opt.seed = 1, opt.hidden_dropout = cfg.hidden_dropout_prob, opt.attention_dropout = cfg.attention_probs_dropout_prob;
@@ -238,16 +213,16 @@ int bench_pipeline_main(const std::vector<std::string>& argv) {
     for (int P : stage_counts) {
         std::vector<int> bounds = pp::partition(totals, P);
         Cost slowest;   // simulate takes one cost per action: the slowest stage sets the pace
-        std::string split;
+        std::string layout;
         for (int p = 0; p < P; p++) {
             Cost c;
             for (int l = bounds[p]; l < bounds[p + 1]; l++) c.f += layer[l].f, c.bi += layer[l].bi, c.bw += layer[l].bw;
             if (c.total() > slowest.total()) slowest = c;
             char buf[64];
             std::snprintf(buf, sizeof buf, " [%d..%d] %.1f ms", bounds[p], bounds[p + 1] - 1, c.total() / 1000);
-            split += buf;
+            layout += buf;
         }
-        std::printf("P = %d, layers and cost per micro-batch:%s\n", P, split.c_str());
+        std::printf("P = %d, layers and cost per micro-batch:%s\n", P, layout.c_str());
         if (unsigned(P) > cores)
             std::printf("  %d stage threads on %u cores: oversubscribed, the measured steps are slower than predicted\n", P, cores);
         for (const std::string& name : P == 1 ? std::vector<std::string>{"1f1b"} : schedules) {

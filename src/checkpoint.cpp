@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -53,8 +51,9 @@ const Rename kTopRenames[] = {
     {"classifier.", "classifier.", true},
 };
 
-std::string rename(const std::string& name, bool to_hf, bool* linear) {
-    *linear = false;
+// `transpose`: the tensor is a Linear weight, stored [in, out] by PaddleNLP.
+std::string rename(const std::string& name, bool to_hf, bool* transpose) {
+    *transpose = false;
     const std::string from_layer = to_hf ? "ernie.encoder.layers." : "ernie.encoder.layer.";
     const std::string to_layer = to_hf ? "ernie.encoder.layer." : "ernie.encoder.layers.";
     std::string head, rest = name;
@@ -70,7 +69,7 @@ std::string rename(const std::string& name, bool to_hf, bool* linear) {
     for (size_t i = 0; i < n; i++) {
         const char* from = to_hf ? rules[i].paddle : rules[i].hf;
         if (starts_with(rest, from)) {
-            *linear = rules[i].linear;
+            *transpose = rules[i].linear && ends_with(rest, ".weight");
             return head + (to_hf ? rules[i].hf : rules[i].paddle) + rest.substr(std::strlen(from));
         }
     }
@@ -103,19 +102,9 @@ Checkpoint index_tensors(const std::string& path, std::vector<st::File> files) {
         for (const st::TensorInfo& t : c.files[i].tensors) {
             bool transpose = false;
             std::string m = to_model_name(t.name, !paddle.empty(), &transpose);
-            if (m.empty()) c.ignored.push_back(t.name);
-            else c.by_model_name[m].push_back({int(i), t.name, transpose});
+            if (!m.empty()) c.by_model_name[m].push_back({int(i), t.name, transpose});
         }
     return c;
-}
-
-std::string read_text(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(path + ": cannot open");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) throw std::runtime_error(path + ": read failed");
-    return ss.str();
 }
 
 std::vector<int64_t> reversed(std::vector<int64_t> v) {
@@ -127,17 +116,21 @@ bool is_float(const std::string& dtype) {
     return dtype == "F32" || dtype == "F64" || dtype == "F16" || dtype == "BF16";
 }
 
+// (rows, cols) → (cols, rows): a Linear weight between PaddleNLP's [in, out] and our [out, in].
+std::vector<float> transposed(const float* x, size_t rows, size_t cols) {
+    std::vector<float> out(rows * cols);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) out[c * rows + r] = x[r * cols + c];
+    return out;
+}
+
 // A source tensor as float32 in the model's layout ([out, in] for Linear weights).
 std::vector<float> read_source(const Checkpoint& c, const Checkpoint::Source& s) {
     const st::File& f = c.files[s.file];
     std::vector<float> v = f.to_f32(s.name);
     if (!s.transpose) return v;
     const std::vector<int64_t>& shape = f.find(s.name)->shape;   // [in, out], checked to be 2-D
-    size_t I = size_t(shape[0]), O = size_t(shape[1]);
-    std::vector<float> out(v.size());
-    for (size_t i = 0; i < I; i++)
-        for (size_t o = 0; o < O; o++) out[o * I + i] = v[i * O + o];
-    return out;
+    return transposed(v.data(), size_t(shape[0]), size_t(shape[1]));
 }
 
 std::string join(const std::vector<std::string>& names, size_t max_names) {
@@ -166,20 +159,12 @@ std::string to_model_name(const std::string& file_name, bool paddle, bool* trans
     // The decoder is tied to the word embedding: a stored copy is an alias that must equal it.
     if (n == "cls.predictions.decoder.weight" || n == "cls.predictions.decoder_weight") return kWordEmbedding;
     if (n == "cls.predictions.decoder.bias") return "cls.predictions.bias";
-    if (!paddle) return n;
-    bool linear = false;
-    n = rename(n, true, &linear);
-    *transpose = linear && ends_with(n, ".weight");
-    return n;
+    return paddle ? rename(n, true, transpose) : n;
 }
 
 std::string to_file_name(const std::string& model_name, bool paddle, bool* transpose) {
     *transpose = false;
-    if (!paddle) return model_name;
-    bool linear = false;
-    std::string n = rename(model_name, false, &linear);
-    *transpose = linear && ends_with(n, ".weight");
-    return n;
+    return paddle ? rename(model_name, false, transpose) : model_name;
 }
 
 Checkpoint open_checkpoint_file(const std::string& path) { return index_tensors(path, {st::read(path)}); }
@@ -196,7 +181,7 @@ Checkpoint open_checkpoint(const std::string& dir) {
                                            : std::string()));
     }
     // Hugging Face's sharded layout: {"metadata": {...}, "weight_map": {tensor: shard file}}.
-    json j = json::parse(read_text(index), nullptr, /*allow_exceptions=*/false);
+    json j = json::parse(read_file(index), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
         j["weight_map"].empty())
         throw std::runtime_error(index + ": expected a JSON object with a non-empty \"weight_map\": "
@@ -327,22 +312,14 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
     if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
     st::Writer w;
     w.metadata["format"] = paddle ? "np" : "pt";   // what PaddleNLP's and transformers' writers put there
-    std::vector<float> t;
     for (const Layer* l : layers)
         for (const ParamInfo& p : l->params_info) {
             if (p.tied) continue;
             bool transpose = false;
             std::string name = to_file_name(p.name, paddle, &transpose);
             const float* src = l->params.data() + p.offset;
-            if (!transpose) {
-                w.add_f32(name, p.shape, src);
-                continue;
-            }
-            size_t O = size_t(p.shape[0]), I = size_t(p.shape[1]);   // [out, in] → [in, out]
-            t.resize(O * I);
-            for (size_t o = 0; o < O; o++)
-                for (size_t i = 0; i < I; i++) t[i * O + o] = src[o * I + i];
-            w.add_f32(name, reversed(p.shape), t.data());
+            if (transpose) w.add_f32(name, reversed(p.shape), transposed(src, size_t(p.shape[0]), size_t(p.shape[1])).data());
+            else w.add_f32(name, p.shape, src);
         }
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";

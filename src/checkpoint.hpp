@@ -50,7 +50,6 @@ struct Checkpoint {
         bool transpose;               // Paddle Linear weight: [in, out] in the file
     };
     std::map<std::string, std::vector<Source>> by_model_name;   // several: aliases (tied decoder)
-    std::vector<std::string> ignored;                           // position_ids buffers
 };
 
 // Reads and validates the weight files of dir: a missing shard, a tensor in another shard than

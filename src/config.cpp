@@ -1,10 +1,10 @@
 #include "src/config.hpp"
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "src/io.hpp"
 
 namespace pt {
 
@@ -117,33 +117,18 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
     return c;
 }
 
-ModelConfig ModelConfig::from_json_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(path + ": cannot open config file");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return from_json_string(ss.str(), path);
-}
+ModelConfig ModelConfig::from_json_file(const std::string& path) { return from_json_string(read_file(path), path); }
 
 std::string ModelConfig::to_json_string() const {
     json j = {{"architectures", {num_labels > 0 ? "ErnieForSequenceClassification" : "ErnieForMaskedLM"}},
-              {"model_type", "ernie"},
-              {"vocab_size", vocab_size},
-              {"hidden_size", hidden_size},
-              {"num_hidden_layers", num_hidden_layers},
-              {"num_attention_heads", num_attention_heads},
-              {"intermediate_size", intermediate_size},
-              {"hidden_act", hidden_act},
-              {"max_position_embeddings", max_position_embeddings},
-              {"type_vocab_size", type_vocab_size},
-              {"task_type_vocab_size", task_type_vocab_size},
-              {"use_task_id", use_task_id},
-              {"layer_norm_eps", layer_norm_eps},
-              {"pad_token_id", pad_token_id},
-              {"hidden_dropout_prob", hidden_dropout_prob},
-              {"attention_probs_dropout_prob", attention_probs_dropout_prob},
-              {"initializer_range", 0.02},
-              {"position_embedding_type", "absolute"}};
+              {"model_type", "ernie"}, {"vocab_size", vocab_size}, {"hidden_size", hidden_size},
+              {"num_hidden_layers", num_hidden_layers}, {"num_attention_heads", num_attention_heads},
+              {"intermediate_size", intermediate_size}, {"hidden_act", hidden_act},
+              {"max_position_embeddings", max_position_embeddings}, {"type_vocab_size", type_vocab_size},
+              {"task_type_vocab_size", task_type_vocab_size}, {"use_task_id", use_task_id},
+              {"layer_norm_eps", layer_norm_eps}, {"pad_token_id", pad_token_id},
+              {"hidden_dropout_prob", hidden_dropout_prob}, {"attention_probs_dropout_prob", attention_probs_dropout_prob},
+              {"initializer_range", 0.02}, {"position_embedding_type", "absolute"}};
     for (int i = 0; i < num_labels; i++) {
         j["id2label"][std::to_string(i)] = "LABEL_" + std::to_string(i);
         j["label2id"]["LABEL_" + std::to_string(i)] = i;
@@ -178,12 +163,6 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     std::string all;
     for (const Preset& p : kPresets) all += std::string(all.empty() ? "" : ", ") + p.name;
     throw std::runtime_error("--preset: unknown preset \"" + name + "\" (expected one of " + all + ")");
-}
-
-std::vector<std::string> ModelConfig::preset_names() {
-    std::vector<std::string> names;
-    for (const Preset& p : kPresets) names.push_back(p.name);
-    return names;
 }
 
 }  // namespace pt

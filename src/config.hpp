@@ -34,7 +34,6 @@ struct ModelConfig {
 
     // tiny, small, and the shapes of ernie-3.0-{nano,micro,mini,medium,base}-zh.
     static ModelConfig preset(const std::string& name);
-    static std::vector<std::string> preset_names();
 };
 
 }  // namespace pt

@@ -1,8 +1,6 @@
 #include "src/data.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "src/io.hpp"
@@ -69,7 +67,6 @@ Corpus load_corpus(const std::string& path, const Tokenizer& tok, int T) {
     }
     // Pack the token stream into [CLS] (T-2 tokens) [SEP]: no padding, every position trains.
     Corpus c;
-    c.T = T;
     std::vector<std::vector<int32_t>> seqs;
     for (size_t i = 0; i + (T - 2) <= stream.size(); i += T - 2) {
         std::vector<int32_t> s{tok.cls_id()};
@@ -157,6 +154,16 @@ Batch empty_batch(int B, int T) {
     return b;
 }
 
+void fill_example(Batch& b, int row, const Example& e, int32_t pad) {
+    for (int t = 0; t < b.T; t++) {
+        size_t i = size_t(row) * b.T + t;
+        b.input_ids[i] = e.ids[t];
+        b.token_type_ids[i] = e.types[t];
+        b.attention_mask[i] = e.ids[t] != pad;
+        b.targets[i] = t == 0 ? e.label : kIgnore;
+    }
+}
+
 }  // namespace
 
 Batch make_batch(const std::vector<std::vector<int32_t>>& seqs, int64_t index, int B, Objective obj,
@@ -194,12 +201,9 @@ void set_causal_targets(Batch& b) {
 
 Batch load_inputs(const std::string& path, Objective obj) {
     st::File f = st::read(path);
-    auto get = [&](const char* name, bool required) -> std::vector<int32_t> {
+    auto get = [&](const char* name) -> std::vector<int32_t> {   // empty if absent
         const st::TensorInfo* info = f.find(name);
-        if (!info) {
-            if (required) throw std::runtime_error(path + ": missing tensor \"" + std::string(name) + "\"");
-            return {};
-        }
+        if (!info) return {};
         if (info->shape.size() != 2)
             throw std::runtime_error(path + ": tensor \"" + std::string(name) + "\" must be [B, T]");
         std::vector<int64_t> v = f.to_i64(name);
@@ -215,11 +219,11 @@ Batch load_inputs(const std::string& path, Objective obj) {
     const st::TensorInfo* ids = f.find("input_ids");
     if (!ids || ids->shape.size() != 2) throw std::runtime_error(path + ": needs an input_ids tensor of shape [B, T]");
     b.B = int(ids->shape[0]), b.T = int(ids->shape[1]);
-    b.input_ids = get("input_ids", true);
-    b.token_type_ids = get("token_type_ids", false);
-    b.attention_mask = get("attention_mask", false);
-    b.task_type_ids = get("task_type_ids", false);
-    b.targets = get("labels", false);
+    b.input_ids = get("input_ids");
+    b.token_type_ids = get("token_type_ids");
+    b.attention_mask = get("attention_mask");
+    b.task_type_ids = get("task_type_ids");
+    b.targets = get("labels");
     size_t n = size_t(b.B) * b.T;
     if (b.token_type_ids.empty()) b.token_type_ids.assign(n, 0);
     if (b.attention_mask.empty()) b.attention_mask.assign(n, 1);
@@ -234,24 +238,22 @@ Batch load_inputs(const std::string& path, Objective obj) {
     return b;
 }
 
-}  // namespace pt
-
-namespace pt {
+Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
+    Batch b = empty_batch(B, T);
+    b.attention_mask.assign(b.attention_mask.size(), 1), b.targets.assign(b.targets.size(), kIgnore);
+    for (size_t i = 0; i < b.input_ids.size(); i++) {
+        b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
+        // A classifier reads a label in [0, num_labels) at each sequence's first row; MLM, token ids.
+        if (cfg.num_labels > 0 && i % size_t(T) == 0) b.targets[i] = int32_t(i / T % size_t(cfg.num_labels));
+        else if (cfg.num_labels == 0 && i % 7 == 3) b.targets[i] = b.input_ids[i];
+    }
+    return b;
+}
 
 std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int T, int num_labels) {
     std::vector<std::string> lines = read_lines(path);
-    auto split = [](const std::string& line) {
-        std::vector<std::string> cols;
-        size_t start = 0;
-        for (;;) {
-            size_t tab = line.find('\t', start);
-            cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-            if (tab == std::string::npos) return cols;
-            start = tab + 1;
-        }
-    };
     if (lines.empty()) throw std::runtime_error(path + ": empty (expected a header row: label<TAB>text_a)");
-    std::vector<std::string> header = split(lines[0]);
+    std::vector<std::string> header = split(lines[0], '\t');
     int label_col = -1, a_col = -1, b_col = -1;
     for (int i = 0; i < int(header.size()); i++) {
         std::string h = header[i];
@@ -266,7 +268,7 @@ std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int
     for (size_t i = 1; i < lines.size(); i++) {
         if (lines[i].empty()) continue;
         std::string where = path + ": line " + std::to_string(i + 1);
-        std::vector<std::string> cols = split(lines[i]);
+        std::vector<std::string> cols = split(lines[i], '\t');
         if (!cols.empty() && !cols.back().empty() && cols.back().back() == '\r') cols.back().pop_back();
         if (int(cols.size()) != int(header.size()))
             throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
@@ -295,18 +297,6 @@ std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int
     if (out.empty()) throw std::runtime_error(path + ": no examples");
     return out;
 }
-
-namespace {
-void fill_example(Batch& b, int row, const Example& e, int32_t pad) {
-    for (int t = 0; t < b.T; t++) {
-        size_t i = size_t(row) * b.T + t;
-        b.input_ids[i] = e.ids[t];
-        b.token_type_ids[i] = e.types[t];
-        b.attention_mask[i] = e.ids[t] != pad;
-        b.targets[i] = t == 0 ? e.label : kIgnore;
-    }
-}
-}  // namespace
 
 Batch make_classify_batch(const std::vector<Example>& data, int64_t index, int B, int32_t pad, uint64_t seed) {
     Batch b = empty_batch(B, int(data.at(0).ids.size()));

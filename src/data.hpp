@@ -28,7 +28,6 @@ Objective parse_objective(const std::string& s);   // throws naming --objective
 // Tokenized corpus packed into fixed-length sequences [CLS] tokens… [SEP].
 struct Corpus {
     std::vector<std::vector<int32_t>> train, eval;   // sequences of exactly T ids
-    int T = 0;
 };
 // Reads a UTF-8 text file (one document or line per line), tokenizes it, and packs it.
 // The last ~5% of sequences (at least one, at most 64) are held out for evaluation.
@@ -55,6 +54,10 @@ Batch load_inputs(const std::string& path, Objective obj);
 
 // Causal targets: token t predicts token t+1 where both are real, else kIgnore.
 void set_causal_targets(Batch& b);
+
+// A (B, T) batch of pseudo-random ids for timing, which needs the shapes and the target density
+// of real data, not its text: every 7th token an MLM target (~15%), or a label per row.
+Batch synthetic_batch(const ModelConfig& cfg, int B, int T);
 
 // Sequence classification data: a ChnSentiCorp-style TSV with a header row naming the columns
 // `label`, `text_a`, optional `text_b` and `qid`. Each example is [CLS] A [SEP] (B [SEP]),

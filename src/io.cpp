@@ -1,6 +1,7 @@
 #include "src/io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +19,10 @@ struct Fd {   // closes on scope exit, so every early throw releases the descrip
     }
 };
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
-    throw std::runtime_error(path + ": " + what + (err ? std::string(": ") + std::strerror(err) : ""));
+    std::string msg = path + ": " + what + (err ? std::string(": ") + std::strerror(err) : "");
+    for (char& c : msg)   // one line, whatever the path holds
+        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    throw std::runtime_error(msg);
 }
 }  // namespace
 
@@ -36,16 +40,38 @@ std::string read_file(const std::string& path) {
     }
 }
 
-std::vector<std::string> split_lines(const std::string& data) {
-    std::vector<std::string> lines;
-    size_t start = 0;
-    while (start < data.size()) {
-        size_t end = data.find('\n', start);
-        if (end == std::string::npos) end = data.size();
-        lines.push_back(data.substr(start, end - start));
+std::vector<uint8_t> read_bytes(const std::string& path) {
+    Fd in{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};   // a FIFO fails below, not here
+    if (in.fd < 0) fail(path, "cannot open", errno);
+    struct stat st;
+    if (::fstat(in.fd, &st) != 0) fail(path, "cannot stat", errno);
+    if (!S_ISREG(st.st_mode)) fail(path, "not a regular file", 0);
+    std::vector<uint8_t> bytes(size_t(st.st_size));
+    for (size_t done = 0; done < bytes.size();) {
+        ssize_t got = ::read(in.fd, bytes.data() + done, bytes.size() - done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) fail(path, "cannot read", errno);
+        if (got == 0)
+            fail(path, "file shrank while reading (" + std::to_string(done) + " of " + std::to_string(bytes.size()) +
+                           " bytes)", 0);
+        done += size_t(got);
+    }
+    return bytes;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+    std::vector<std::string> out;
+    for (size_t start = 0;;) {
+        size_t end = s.find(sep, start);
+        out.emplace_back(s.substr(start, end - start));   // npos - start: to the end
+        if (end == s.npos) return out;
         start = end + 1;
     }
-    return lines;
+}
+
+std::vector<std::string> split_lines(const std::string& data) {
+    if (data.empty()) return {};
+    return split(std::string_view(data).substr(0, data.size() - (data.back() == '\n')), '\n');
 }
 
 std::vector<std::string> read_lines(const std::string& path) { return split_lines(read_file(path)); }

@@ -1,16 +1,23 @@
 // src/io.hpp — whole-file reads and atomic writes, with one-line errors naming the file.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace pt {
 
 std::string read_file(const std::string& path);
+// A regular file's bytes, read into a buffer of its size; a FIFO or a directory is an error
+// (not a hang), and so is a file that shrinks while it is read.
+std::vector<uint8_t> read_bytes(const std::string& path);
 // Lines separated by LF only (CR, VT, U+2028 … belong to a line); a final line without LF
 // counts, a trailing LF does not start another one.
 std::vector<std::string> split_lines(const std::string& data);
 std::vector<std::string> read_lines(const std::string& path);
+// Every field between separators, empty ones included: "a,,b," is {"a", "", "b", ""}.
+std::vector<std::string> split(std::string_view s, char sep);
 
 // Write <path>.tmp.<pid>, fsync, rename over path, fsync the directory: a crash at any point
 // leaves either the old file or the complete new one. On failure nothing is left behind.

@@ -73,5 +73,4 @@ struct Writer {
     std::vector<Entry> entries_;
 };
 
-
 }  // namespace pt::st

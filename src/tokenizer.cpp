@@ -6,12 +6,10 @@
 #include "src/io.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <stdexcept>
-#include <unistd.h>
 
 namespace pt {
 namespace {
@@ -113,24 +111,15 @@ std::u32string decode_utf8(std::string_view s) {
     out.reserve(s.size());
     for (size_t i = 0; i < s.size();) {
         unsigned char b = s[i];
-        size_t len = 0;
-        unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-        if (b < 0x80) {
-            out += b;
-            ++i;
-            continue;
-        }
-        if (b >= 0xC2 && b <= 0xDF)
-            len = 2;
-        else if (b >= 0xE0 && b <= 0xEF) {
-            len = 3;
-            if (b == 0xE0) lo = 0xA0;
-            if (b == 0xED) hi = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            len = 4;
-            if (b == 0xF0) lo = 0x90;
-            if (b == 0xF4) hi = 0x8F;
-        }
+        size_t len = b < 0x80                 ? 1
+                     : (b >= 0xC2 && b <= 0xDF) ? 2
+                     : (b >= 0xE0 && b <= 0xEF) ? 3
+                     : (b >= 0xF0 && b <= 0xF4) ? 4
+                                                : 0;   // C0, C1, F5..FF: never valid
+        // The allowed range of the second byte excludes overlong forms (after E0, F0), surrogates
+        // (after ED) and code points above U+10FFFF (after F4).
+        unsigned char lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+        unsigned char hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
         size_t k = 1;  // bytes of the sequence checked so far
         while (k < len && i + k < s.size()) {
             unsigned char cb = s[i + k];
@@ -139,7 +128,7 @@ std::u32string decode_utf8(std::string_view s) {
         }
         if (len == 0 || k != len)  // report where the broken sequence starts
             throw std::runtime_error("invalid UTF-8 at byte " + std::to_string(i) + " (expected UTF-8 text)");
-        char32_t c = b & (0x7F >> len);
+        char32_t c = len == 1 ? b : b & (0x7F >> len);
         for (k = 1; k < len; ++k) c = (c << 6) | (s[i + k] & 0x3F);
         out += c;
         i += len;
@@ -174,18 +163,17 @@ size_t count_code_points(const std::string& s) {
 // Steps 4-5 for one whitespace-separated word: normalize, then split off punctuation.
 void split_word(std::vector<std::string>& out, const std::u32string& word) {
     std::string piece;
-    for (char32_t c : normalize_word(word)) {
-        if (!is_punct(c)) {
-            append_utf8(piece, c);
-            continue;
-        }
+    auto flush = [&] {
         if (!piece.empty()) out.push_back(std::move(piece));
         piece.clear();
-        std::string p;
-        append_utf8(p, c);
-        out.push_back(std::move(p));
+    };
+    for (char32_t c : normalize_word(word)) {
+        bool punct = is_punct(c);
+        if (punct) flush();   // a punctuation mark is a piece of its own
+        append_utf8(piece, c);
+        if (punct) flush();
     }
-    if (!piece.empty()) out.push_back(std::move(piece));
+    flush();
 }
 
 // Steps 1-3 in one pass: clean, isolate CJK ideographs, split on whitespace.

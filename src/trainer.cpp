@@ -1,14 +1,11 @@
 #include "src/trainer.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -256,25 +253,25 @@ TiedCopies tied_copies(World& w, TransformerStage& stage, int d, bool grads) {
     return t;
 }
 
+// Where the copies live apart, ranks 0 and P-1 swap theirs: the peer's lands in `other`, and
+// both pointers of `t` are valid afterwards.
+void fetch_peer_copy(pp::Comm& comm, TiedCopies& t, Buf& other, int tag) {
+    if (t.peer < 0) return;
+    other.resize(t.n);
+    float* mine = t.emb ? t.emb : t.head;
+    comm.group({{true, mine, t.n * sizeof(float), t.peer, tag}, {false, other.data(), t.n * sizeof(float), t.peer, tag}});
+    (t.emb ? t.head : t.emb) = other.data();
+}
+
 // The tied gradient is embedding + head, added in that order wherever the copies live, so one
 // device and any pipeline get the same bits.
 void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
     TiedCopies t = tied_copies(w, stage, d, true);
     if (t.n == 0) return;
-    if (t.peer < 0) {   // both on this rank
-        dev::accumulate(t.emb, t.head, int(t.n));
-        copy_bytes(t.head, t.emb, t.n * sizeof(float));
-        return;
-    }
-    Buf other(t.n);   // ranks 0 and P-1 swap their halves
-    float* mine = t.emb ? t.emb : t.head;
-    comm.group({{true, mine, t.n * sizeof(float), t.peer, 9001}, {false, other.data(), t.n * sizeof(float), t.peer, 9001}});
-    if (t.emb) {
-        dev::accumulate(t.emb, other.data(), int(t.n));
-    } else {
-        dev::accumulate(other.data(), t.head, int(t.n));
-        copy_bytes(t.head, other.data(), t.n * sizeof(float));
-    }
+    Buf other;
+    fetch_peer_copy(comm, t, other, 9001);
+    dev::accumulate(t.emb, t.head, int(t.n));
+    copy_bytes(t.head, t.emb, t.n * sizeof(float));
 }
 
 // After the update both copies must hold the same bits: the proof that tying is exact.
@@ -282,12 +279,7 @@ void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
     TiedCopies t = tied_copies(w, stage, d, false);
     if (t.n == 0) return;
     Buf other;
-    if (t.peer >= 0) {
-        other.resize(t.n);
-        float* mine = t.emb ? t.emb : t.head;
-        comm.group({{true, mine, t.n * sizeof(float), t.peer, 9002}, {false, other.data(), t.n * sizeof(float), t.peer, 9002}});
-        (t.emb ? t.head : t.emb) = other.data();
-    }
+    fetch_peer_copy(comm, t, other, 9002);
     std::vector<float> a(t.n), b(t.n);   // compared on the host: a GPU's copies are read back
     copy_bytes(a.data(), t.emb, t.n * sizeof(float)), copy_bytes(b.data(), t.head, t.n * sizeof(float));
     if (std::memcmp(a.data(), b.data(), t.n * sizeof(float)) != 0)
@@ -528,10 +520,7 @@ std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, i
     std::vector<double> costs(L, 1.0);
     if (by == "uniform") return costs;
     if (by == "params") {
-        for (int i = 0; i < L; i++) {
-            auto l = make_layer(cfg, i);
-            costs[i] = double(l->params.size());
-        }
+        for (int i = 0; i < L; i++) costs[i] = double(make_layer(cfg, i)->params.size());
         return costs;
     }
     if (by != "time") throw std::runtime_error("--partition/--by: expected time, params or uniform, got \"" + by + "\"");
@@ -539,23 +528,14 @@ std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, i
     // device the run will use.
     Device caller = current_device();
     set_device(device);
-    Batch b;
-    b.B = B, b.T = T;
-    size_t n = size_t(B) * T;
-    b.input_ids.assign(n, 0), b.token_type_ids.assign(n, 0), b.attention_mask.assign(n, 1), b.targets.assign(n, kIgnore);
-    for (size_t i = 0; i < n; i++) {
-        b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
-        // A classifier reads a label in [0, num_labels) at each sequence's first row; MLM, token ids.
-        if (cfg.num_labels > 0 && i % size_t(T) == 0) b.targets[i] = int32_t(i / T % size_t(cfg.num_labels));
-        else if (cfg.num_labels == 0 && i % 7 == 3) b.targets[i] = b.input_ids[i];
-    }
+    Batch b = synthetic_batch(cfg, B, T);
     MicroBatch mb = b.rows(0, B);
     mb.loss_scale = 1.0f / float(b.num_targets());
     Array<int32_t> ids, types, mask;
     ids.assign(b.input_ids), types.assign(b.token_type_ids), mask.assign(b.attention_mask);
     mb.dev = {ids.data(), types.data(), nullptr, mask.data()};
     RunOptions opt;
-    size_t NC = n * cfg.hidden_size;
+    size_t NC = size_t(B) * T * cfg.hidden_size;
     Buf x, dx(NC), dout;
     x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
     for (int i = 0; i < L; i++) {

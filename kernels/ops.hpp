@@ -105,6 +105,21 @@ void attention_backward(float* dq, float* dk, float* dv,
                         const float* q, const float* k, const float* v,
                         float p, const DropoutKey& key,
                         int B, int T, int NH, int HS);
+// Flash-style (what the model uses): the same out, but instead of att it keeps only
+// lse (B, NH, T), the log-sum-exp of each query's visible scaled scores (-inf when the query
+// sees no key), and the backward recomputes the probabilities P_ij = exp(score_ij - lse_i).
+// With z_ij the dropout factor and D_i = dout_i . out_i:
+// dv_j += sum_i P_ij z_ij dout_i, dS_ij = P_ij (z_ij dout_i . v_j - D_i) / sqrt(HS),
+// dq_i += sum_j dS_ij k_j, dk_j += sum_i dS_ij q_i. Adds into dq, dk, dv (any may be null).
+void attention_forward_flash(float* out, float* lse,
+                             const float* q, const float* k, const float* v, const int32_t* mask,
+                             bool causal, float p, const DropoutKey& key,
+                             int B, int T, int NH, int HS);
+void attention_backward_flash(float* dq, float* dk, float* dv,
+                              const float* dout, const float* out, const float* lse,
+                              const float* q, const float* k, const float* v, const int32_t* mask,
+                              bool causal, float p, const DropoutKey& key,
+                              int B, int T, int NH, int HS);
 
 // ---- softmax cross-entropy ------------------------------------------------------------------
 // logits (N, V), targets (N) with ignore_index (-100) skipped.

@@ -208,14 +208,24 @@ void dropout_forward(float* out, const float* inp, float p, const ops::DropoutKe
 void dropout_backward(float* dinp, const float* dout, float p, const ops::DropoutKey& key, int N) {
     DISPATCH(dropout_backward, dinp, dout, p, key, N);
 }
-void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, const int32_t* mask,
-                       bool causal, float p, const ops::DropoutKey& key, int B, int T, int NH, int HS) {
-    DISPATCH(attention_forward, out, att, q, k, v, mask, causal, p, key, B, T, NH, HS);
+// The CUDA flash kernels keep a head in registers and shared memory, 128 channels at most.
+static void check_flash_head_size(int HS) {
+    if (tl_context.device.cuda && HS > 128)
+        throw std::runtime_error("--device cuda: attention head size " + std::to_string(HS) +
+                                 " (hidden_size / num_attention_heads) is above 128, the most the CUDA "
+                                 "attention kernels support; use --device cpu");
 }
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
-                        const float* k, const float* v, float p, const ops::DropoutKey& key, int B, int T, int NH,
-                        int HS) {
-    DISPATCH(attention_backward, dq, dk, dv, dout, att, q, k, v, p, key, B, T, NH, HS);
+void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const int32_t* mask, bool causal, float p, const ops::DropoutKey& key, int B, int T,
+                             int NH, int HS) {
+    check_flash_head_size(HS);
+    DISPATCH(attention_forward_flash, out, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
+}
+void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                              const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
+                              float p, const ops::DropoutKey& key, int B, int T, int NH, int HS) {
+    check_flash_head_size(HS);
+    DISPATCH(attention_backward_flash, dq, dk, dv, dout, out, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) {
     DISPATCH(crossentropy_forward, losses, logits, targets, N, V);

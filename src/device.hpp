@@ -161,11 +161,13 @@ void accumulate(float* out, const float* inp, int N);
 void scale(float* x, float s, int N);
 void dropout_forward(float* out, const float* inp, float p, const ops::DropoutKey& key, int N);
 void dropout_backward(float* dinp, const float* dout, float p, const ops::DropoutKey& key, int N);
-void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, const int32_t* mask,
-                       bool causal, float p, const ops::DropoutKey& key, int B, int T, int NH, int HS);
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
-                        const float* k, const float* v, float p, const ops::DropoutKey& key, int B, int T, int NH,
-                        int HS);
+// Flash-style attention (the model's): lse (B, NH, T), no (T, T) matrix. On a GPU, HS > 128 throws.
+void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const int32_t* mask, bool causal, float p, const ops::DropoutKey& key, int B, int T,
+                             int NH, int HS);
+void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                              const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
+                              float p, const ops::DropoutKey& key, int B, int T, int NH, int HS);
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V);
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float scale, int N, int V);
 void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C);

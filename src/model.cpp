@@ -230,12 +230,12 @@ class Embedding : public Layer {
 // Block (post-LN):  a = LN1(x + drop(Attn(x)))   y = LN2(a + drop(W2 act(W1 a + b1) + b2))
 struct BlockStash : Stash {
     // forward, all (N, C) unless noted; N = B*T
-    Buf x, q, k, v, att /* (B, NH, T, T) */, yatt, r1, mean1, rstd1, a,
+    Buf x, q, k, v, lse /* (B, NH, T) */, yatt, r1, mean1, rstd1, a,
         h /* (N, I) */, g /* (N, I) */, r2, mean2, rstd2;
     // BI → BW: the gradients at each weight's output
     Buf dy, df, dh, da, dproj, dq, dk, dv;
     BlockStash() {
-        buffers = {&x, &q, &k, &v, &att, &yatt, &r1, &mean1, &rstd1, &a, &h, &g, &r2, &mean2, &rstd2,
+        buffers = {&x, &q, &k, &v, &lse, &yatt, &r1, &mean1, &rstd1, &a, &h, &g, &r2, &mean2, &rstd2,
                    &dy, &df, &dh, &da, &dproj, &dq, &dk, &dv};
     }
 };
@@ -273,12 +273,13 @@ class Block : public Layer {
         auto s = std::make_unique<BlockStash>();
         s->x.assign(in, NC);
         s->q.resize(NC), s->k.resize(NC), s->v.resize(NC), s->yatt.resize(NC);
-        s->att.resize(size_t(B) * NH * T * T);
+        s->lse.resize(size_t(B) * NH * T);  // flash attention: no (B, NH, T, T) probabilities kept
         linear_forward(opt, s->q.data(), in, P(wq_), P(bq_), N, C, C);
         linear_forward(opt, s->k.data(), in, P(wk_), P(bk_), N, C, C);
         linear_forward(opt, s->v.data(), in, P(wv_), P(bv_), N, C, C);
-        dev::attention_forward(s->yatt.data(), s->att.data(), s->q.data(), s->k.data(), s->v.data(),
-                               mb.dev.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
+        dev::attention_forward_flash(s->yatt.data(), s->lse.data(), s->q.data(), s->k.data(), s->v.data(),
+                                     mb.dev.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B,
+                                     T, NH, HS);
         Buf o(NC);
         linear_forward(opt, o.data(), s->yatt.data(), P(wo_), P(bo_), N, C, C);
         dev::dropout_forward(o.data(), o.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
@@ -322,8 +323,9 @@ class Block : public Layer {
         Buf dyatt = zeros(NC);
         linear_backward_input(opt, dyatt.data(), s.dproj.data(), P(wo_), N, C, C);
         s.dq = zeros(NC), s.dk = zeros(NC), s.dv = zeros(NC);
-        dev::attention_backward(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.att.data(), s.q.data(),
-                                s.k.data(), s.v.data(), p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
+        dev::attention_backward_flash(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.yatt.data(),
+                                      s.lse.data(), s.q.data(), s.k.data(), s.v.data(), mb.dev.attention_mask,
+                                      opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
         // din += the residual path x → r1, then the three projections, in a fixed order
         dev::accumulate(din, dr1.data(), int(NC));
         linear_backward_input(opt, din, s.dq.data(), P(wq_), N, C, C);

@@ -418,7 +418,7 @@ TEST_CASE("attention v1: forward and backward vs the CPU (masks, causal, dropout
     }
 }
 
-TEST_CASE("attention v2 (flash forward) vs the CPU output and an independent log-sum-exp") {
+TEST_CASE("attention v2 (flash forward) vs the CPU flash forward: out and log-sum-exp") {
     REQUIRE_DEVICE();
     const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f}, {2, 17, 3, 26, true, true, 0.0f},
                               {2, 63, 2, 32, false, true, 0.2f}, {2, 130, 2, 64, true, true, 0.1f},
@@ -430,29 +430,9 @@ TEST_CASE("attention v2 (flash forward) vs the CPU output and an independent log
         const AttnInputs in(c, seed += 3);
         const int32_t* mask = c.padded ? in.mask.data() : nullptr;
         const size_t n = in.q.size(), rows = (size_t)c.B * c.NH * c.T;
-        Vec out(n), att(rows * c.T);
-        ops::attention_forward(out.data(), att.data(), in.q.data(), in.k.data(), in.v.data(), mask,
-                               c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
-        // Reference log-sum-exp of the visible scores, in float64 straight from q and k.
-        Vec lse(rows);
-        const int C = c.NH * c.HS;
-        for (int b = 0; b < c.B; b++)
-            for (int h = 0; h < c.NH; h++)
-                for (int i = 0; i < c.T; i++) {
-                    std::vector<double> s;
-                    for (int j = 0; j < c.T; j++) {
-                        if ((mask && !mask[b * c.T + j]) || (c.causal && j > i)) continue;
-                        double d = 0.0;
-                        for (int e = 0; e < c.HS; e++)
-                            d += (double)in.q[((size_t)b * c.T + i) * C + h * c.HS + e] *
-                                 in.k[((size_t)b * c.T + j) * C + h * c.HS + e];
-                        s.push_back(d / std::sqrt((double)c.HS));
-                    }
-                    double mx = -INFINITY, sum = 0.0;
-                    for (double x : s) mx = std::max(mx, x);
-                    for (double x : s) sum += std::exp(x - mx);
-                    lse[((size_t)b * c.NH + h) * c.T + i] = s.empty() ? -INFINITY : (float)(mx + std::log(sum));
-                }
+        Vec out(n), lse(rows);
+        ops::attention_forward_flash(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), mask,
+                                     c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
         DevBuf<float> dq(in.q), dk(in.k), dv(in.v), dout(n), dlse(rows);
         DevBuf<int32_t> dmask(in.mask);
         dout.poison(), dlse.poison();
@@ -475,7 +455,7 @@ TEST_CASE("attention v2 (flash forward) vs the CPU output and an independent log
     }
 }
 
-TEST_CASE("attention v2 (flash backward) vs the CPU backward: masks, causal, dropout, +=, null grads, bits") {
+TEST_CASE("attention v2 (flash backward) vs the CPU flash backward: masks, causal, dropout, +=, null grads, bits") {
     REQUIRE_DEVICE();
     const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f},  {2, 1, 2, 128, true, true, 0.1f},
                               {2, 37, 3, 26, true, true, 0.1f},   {2, 37, 2, 32, false, true, 0.0f},
@@ -489,14 +469,12 @@ TEST_CASE("attention v2 (flash backward) vs the CPU backward: masks, causal, dro
         const AttnInputs in(c, seed += 3);
         const int32_t* mask = c.padded ? in.mask.data() : nullptr;
         const size_t n = in.q.size();
-        Vec out(n), att((size_t)c.B * c.NH * c.T * c.T);
-        ops::attention_forward(out.data(), att.data(), in.q.data(), in.k.data(), in.v.data(), mask,
-                               c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
         DevBuf<float> dq(in.q), dk(in.k), dv(in.v), dout(n), dlse((size_t)c.B * c.NH * c.T);
         DevBuf<int32_t> dmask(in.mask);
         int32_t* gmask = c.padded ? dmask.p : nullptr;
         ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, gmask, c.causal, c.p, key,
                                            c.B, c.T, c.NH, c.HS);
+        const Vec out = dout.get(), lse = dlse.get();  // both backwards start from the GPU's forward
         // Starting gradients about the size of what the backward adds: overwriting instead of
         // adding fails, and they barely dilute the error of the added part. (At T = 1 the added
         // dq, dk are zero up to rounding, which must stay far below 1e-5 of these.)
@@ -506,9 +484,10 @@ TEST_CASE("attention v2 (flash backward) vs the CPU backward: masks, causal, dro
             CAPTURE(which);
             const bool want_q = which != 2, want_kv = which != 1;
             Vec gq = g0, gk = g0, gv = g0;
-            ops::attention_backward(want_q ? gq.data() : nullptr, want_kv ? gk.data() : nullptr,
-                                    want_kv ? gv.data() : nullptr, dy.data(), att.data(), in.q.data(),
-                                    in.k.data(), in.v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+            ops::attention_backward_flash(want_q ? gq.data() : nullptr, want_kv ? gk.data() : nullptr,
+                                          want_kv ? gv.data() : nullptr, dy.data(), out.data(), lse.data(),
+                                          in.q.data(), in.k.data(), in.v.data(), mask, c.causal, c.p, key,
+                                          c.B, c.T, c.NH, c.HS);
             DevBuf<float> dgq(g0), dgk(g0), dgv(g0);
             auto run = [&] {
                 ops::cuda::attention_backward_flash(want_q ? dgq.p : nullptr, want_kv ? dgk.p : nullptr,
@@ -527,6 +506,21 @@ TEST_CASE("attention v2 (flash backward) vs the CPU backward: masks, causal, dro
             CHECK(same_bits(dgv.get(), rv));
         }
     }
+}
+
+TEST_CASE("attention: B * NH above the grid's 65535 throws a clear error") {
+    REQUIRE_DEVICE();
+    const int B = 65536, T = 1, NH = 1, HS = 1;
+    DevBuf<float> x((size_t)B * T * NH * HS), lse((size_t)B * NH * T);
+    CHECK_THROWS_WITH(ops::cuda::attention_forward_flash(x.p, lse.p, x.p, x.p, x.p, nullptr, false, 0.0f,
+                                                         attn_key(), B, T, NH, HS),
+                      doctest::Contains("65535"));
+    CHECK_THROWS_WITH(ops::cuda::attention_backward_flash(x.p, x.p, x.p, x.p, x.p, lse.p, x.p, x.p, x.p, nullptr,
+                                                          false, 0.0f, attn_key(), B, T, NH, HS),
+                      doctest::Contains("65535"));
+    CHECK_THROWS_WITH(ops::cuda::attention_forward(x.p, x.p, x.p, x.p, x.p, nullptr, false, 0.0f, attn_key(),
+                                                   B, T, NH, HS),
+                      doctest::Contains("65535"));
 }
 
 // Without a device, ctest reports the test as skipped (exit code 77), after the host-side checks.

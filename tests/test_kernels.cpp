@@ -649,6 +649,153 @@ TEST_CASE("attention is thread-invariant") {
     }, "attention");
 }
 
+namespace {
+
+// float64 log-sum-exp of each query's visible scaled scores, straight from q and k: (B, NH, T),
+// -inf for a query that sees no key.
+std::vector<double> lse_ref(const Vec& q, const Vec& k, const std::vector<int32_t>& mask, const AttnCase& c) {
+    const int C = c.NH * c.HS, T = c.T;
+    std::vector<double> lse((size_t)c.B * c.NH * T);
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.NH; h++)
+            for (int i = 0; i < T; i++) {
+                std::vector<double> s;
+                for (int j = 0; j < T; j++) {
+                    if ((c.use_mask && mask[b * T + j] == 0) || (c.causal && j > i)) continue;
+                    double d = 0.0;
+                    for (int e = 0; e < c.HS; e++)
+                        d += (double)q[(b * T + i) * C + h * c.HS + e] * k[(b * T + j) * C + h * c.HS + e];
+                    s.push_back(d / std::sqrt((double)c.HS));
+                }
+                double mx = -INFINITY, sum = 0.0;
+                for (double x : s) mx = std::max(mx, x);
+                for (double x : s) sum += std::exp(x - mx);
+                lse[((size_t)b * c.NH + h) * T + i] = s.empty() ? -INFINITY : mx + std::log(sum);
+            }
+    return lse;
+}
+
+std::vector<double> as_double(const Vec& v) { return std::vector<double>(v.begin(), v.end()); }
+
+}  // namespace
+
+TEST_CASE("flash attention: v1's output and gradients, lse of a float64 reference, finite differences") {
+    // The last batch row is all padding when masked and B = 3: queries that see no key.
+    const AttnCase cases[] = {
+        {2, 11, 2, 26, false, false, 0.0f}, {2, 11, 2, 26, true, false, 0.0f},
+        {3, 11, 2, 26, false, true, 0.0f},  {3, 13, 2, 26, true, true, 0.0f},
+        {3, 11, 2, 26, true, false, 0.25f}, {1, 7, 3, 5, false, false, 0.5f},
+        {2, 13, 2, 32, true, true, 0.1f},   {1, 9, 1, 64, true, false, 0.0f},
+    };
+    for (const AttnCase& c : cases) {
+        INFO("B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS << " mask=" << c.use_mask
+                  << " causal=" << c.causal << " p=" << c.p);
+        const int C = c.NH * c.HS, n = c.B * c.T * C, rows = c.B * c.NH * c.T;
+        ops::DropoutKey key;
+        key.seed = 5;
+        key.step = 3;
+        key.layer = 1;
+        Vec q = random_vec(n, 121, -1.5f, 1.5f), k = random_vec(n, 122, -1.5f, 1.5f), v = random_vec(n, 123);
+        const Vec R = random_vec(n, 124);
+        auto mask = padding_mask(c.B, c.T);
+        if (c.B == 3) std::fill(mask.begin() + 2 * c.T, mask.end(), 0);
+        const int32_t* m = c.use_mask ? mask.data() : nullptr;
+
+        Vec out(n, 9.0f), lse(rows, 9.0f), out1(n), att((size_t)rows * c.T);
+        ops::attention_forward_flash(out.data(), lse.data(), q.data(), k.data(), v.data(), m, c.causal, c.p,
+                                     key, c.B, c.T, c.NH, c.HS);
+        ops::attention_forward(out1.data(), att.data(), q.data(), k.data(), v.data(), m, c.causal, c.p, key,
+                               c.B, c.T, c.NH, c.HS);
+        CHECK(rel_err(out, as_double(out1)) < 1e-6);
+        std::vector<double> out_ref, att_ref;
+        attention_ref(out_ref, att_ref, q, k, v, mask, c, key);
+        CHECK(rel_err(out, out_ref) < 1e-5);
+        const std::vector<double> lref = lse_ref(q, k, mask, c);
+        Vec lse_fin;  // -inf exactly where the reference has no visible key; the rest close
+        std::vector<double> lref_fin;
+        int no_key = 0;
+        for (int r = 0; r < rows; r++) {
+            if (std::isinf(lref[r])) {
+                no_key++;
+                CHECK(lse[r] == -INFINITY);
+            } else {
+                lse_fin.push_back(lse[r]), lref_fin.push_back(lref[r]);
+            }
+        }
+        CHECK(no_key == (c.use_mask && c.B == 3 ? c.NH * c.T : 0));
+        CHECK(rel_err(lse_fin, lref_fin) < 1e-6);
+
+        // v1's gradients, from its stored att; the flash backward recomputes them from lse.
+        Vec dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f), dq1(n, 0.0f), dk1(n, 0.0f), dv1(n, 0.0f);
+        ops::attention_backward_flash(dq.data(), dk.data(), dv.data(), R.data(), out.data(), lse.data(), q.data(),
+                                      k.data(), v.data(), m, c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        ops::attention_backward(dq1.data(), dk1.data(), dv1.data(), R.data(), att.data(), q.data(), k.data(),
+                                v.data(), c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(rel_err(dq, as_double(dq1)) < 1e-5);
+        CHECK(rel_err(dk, as_double(dk1)) < 1e-5);
+        CHECK(rel_err(dv, as_double(dv1)) < 1e-5);
+        auto loss = [&] {
+            Vec o(n), l(rows);
+            ops::attention_forward_flash(o.data(), l.data(), q.data(), k.data(), v.data(), m, c.causal, c.p,
+                                         key, c.B, c.T, c.NH, c.HS);
+            return objective(o, R);
+        };
+        check_grad(dq, numeric_grad(q, loss), "flash attention dq");
+        check_grad(dk, numeric_grad(k, loss), "flash attention dk");
+        check_grad(dv, numeric_grad(v, loss), "flash attention dv");
+
+        // accumulation and the null-pointer halves
+        Vec dq2 = dq, dk2 = dk, dv2 = dv;
+        ops::attention_backward_flash(dq2.data(), dk2.data(), dv2.data(), R.data(), out.data(), lse.data(),
+                                      q.data(), k.data(), v.data(), m, c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(same_bits(dq2, twice(dq)));
+        CHECK(same_bits(dk2, twice(dk)));
+        CHECK(same_bits(dv2, twice(dv)));
+        Vec dq3(n, 0.0f), dk3(n, 0.0f), dv3(n, 0.0f), dv4(n, 0.0f);
+        ops::attention_backward_flash(dq3.data(), nullptr, nullptr, R.data(), out.data(), lse.data(), q.data(),
+                                      k.data(), v.data(), m, c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        ops::attention_backward_flash(nullptr, dk3.data(), dv3.data(), R.data(), out.data(), lse.data(), q.data(),
+                                      k.data(), v.data(), m, c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        ops::attention_backward_flash(nullptr, nullptr, dv4.data(), R.data(), out.data(), lse.data(), q.data(),
+                                      k.data(), v.data(), m, c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
+        CHECK(same_bits(dq3, dq));
+        CHECK(same_bits(dk3, dk));
+        CHECK(same_bits(dv3, dv));
+        CHECK(same_bits(dv4, dv));
+    }
+}
+
+TEST_CASE("flash attention: a query whose keys are all padding gets zero output, lse -inf, no NaN") {
+    const int B = 1, T = 5, NH = 1, HS = 3, n = B * T * NH * HS;
+    const Vec q = random_vec(n, 131), k = random_vec(n, 132), v = random_vec(n, 133);
+    const std::vector<int32_t> mask(T, 0);
+    Vec out(n, 9.0f), lse(T, 9.0f), dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+    ops::attention_forward_flash(out.data(), lse.data(), q.data(), k.data(), v.data(), mask.data(), true, 0.1f,
+                                 ops::DropoutKey{}, B, T, NH, HS);
+    for (float x : out) CHECK(x == 0.0f);
+    for (float x : lse) CHECK(x == -INFINITY);
+    ops::attention_backward_flash(dq.data(), dk.data(), dv.data(), q.data(), out.data(), lse.data(), q.data(),
+                                  k.data(), v.data(), mask.data(), true, 0.1f, ops::DropoutKey{}, B, T, NH, HS);
+    for (int i = 0; i < n; i++) CHECK((dq[i] == 0.0f && dk[i] == 0.0f && dv[i] == 0.0f));
+}
+
+TEST_CASE("flash attention is thread-invariant") {
+    const int B = 2, T = 19, NH = 3, HS = 26, n = B * T * NH * HS;
+    const Vec q = random_vec(n, 141), k = random_vec(n, 142), v = random_vec(n, 143);
+    const Vec dout = random_vec(n, 144);
+    const auto mask = padding_mask(B, T);
+    ops::DropoutKey key;
+    key.seed = 3;
+    check_thread_invariant([&] {
+        Vec out(n), lse((size_t)B * NH * T), dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+        ops::attention_forward_flash(out.data(), lse.data(), q.data(), k.data(), v.data(), mask.data(), true,
+                                     0.1f, key, B, T, NH, HS);
+        ops::attention_backward_flash(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                                      q.data(), k.data(), v.data(), mask.data(), true, 0.1f, key, B, T, NH, HS);
+        return std::vector<Vec>{out, lse, dq, dk, dv};
+    }, "flash attention");
+}
+
 // =========================================================================== cross-entropy ====
 
 TEST_CASE("crossentropy matches float64; ignored rows give 0 loss and untouched gradients") {

@@ -1,5 +1,6 @@
 // tutorials/03_attention.cpp — one small causal self-attention with a padded token: look at the
-// probability matrix, then check the backward against finite differences.
+// probability matrix, then check the backward against finite differences. (The model calls the
+// flash-style ops::attention_forward_flash instead, the answer to the question at the end.)
 #include "kernels/ops.hpp"
 
 #include <cmath>

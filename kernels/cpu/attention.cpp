@@ -1,7 +1,11 @@
 // kernels/cpu/attention.cpp — multi-head scaled dot-product attention, one (batch, head) pair
 // at a time. Threads own whole (b, h) pairs: each pair owns its own channel slice of
-// out/dq/dk/dv and its own (T, T) block of att, so the sums over queries into dk and dv
-// run in a fixed order on any thread count.
+// out/dq/dk/dv and its own (T, T) block of att (or T entries of lse), so the sums over queries
+// into dk and dv run in a fixed order on any thread count.
+//   attention_forward / attention_backward: store the probabilities att (B, NH, T, T).
+//   attention_forward_flash / attention_backward_flash: store only lse (B, NH, T) and recompute
+//   the probabilities in the backward; the specification of the CUDA flash kernels (which tile
+//   the same loops) and what the model uses.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
 
@@ -28,6 +32,10 @@ inline void axpy(float* y, float a, const float* x, int n) {  // y += a * x
 inline float keep_factor(float p, float s, const DropoutKey& key, uint64_t index) {
     if (p == 0.0f) return 1.0f;
     return philox_uniform(key, index) >= p ? s : 0.0f;
+}
+
+inline bool visible(const int32_t* mask, bool causal, int b, int i, int j, int T) {
+    return (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
 }
 
 }  // namespace
@@ -117,6 +125,98 @@ void attention_backward(float* dq, float* dk, float* dv,
                     const float dscore = arow[j] * (datt[j] - datt_dot_att) * scale;
                     if (dq) axpy(dqi.data(), dscore, k + base + (size_t)j * C, HS);
                     if (dk) axpy(&dkb[(size_t)j * HS], dscore, qi, HS);
+                }
+                if (dq) axpy(dq + base + (size_t)i * C, 1.0f, dqi.data(), HS);
+            }
+            for (int t = 0; t < T; t++) {
+                if (dk) axpy(dk + base + (size_t)t * C, 1.0f, &dkb[(size_t)t * HS], HS);
+                if (dv) axpy(dv + base + (size_t)t * C, 1.0f, &dvb[(size_t)t * HS], HS);
+            }
+        }
+    });
+}
+
+// The forward of v1 row by row (the same operations, so out has v1's bits), with the
+// probabilities of one query in a scratch row instead of att, and lse_i = max + log(sum).
+void attention_forward_flash(float* out, float* lse,
+                             const float* q, const float* k, const float* v, const int32_t* mask,
+                             bool causal, float p, const DropoutKey& key,
+                             int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
+        std::vector<float> arow(T);  // (T) one query's scores, then probabilities
+        for (int64_t bh = bh0; bh < bh1; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
+            for (int i = 0; i < T; i++) {
+                const float* qi = q + base + (size_t)i * C;  // (HS)
+                float* oi = out + base + (size_t)i * C;      // (HS)
+                float maxv = -INFINITY;
+                for (int j = 0; j < T; j++) {
+                    arow[j] = visible(mask, causal, b, i, j, T) ? dot(qi, k + base + (size_t)j * C, HS) * scale
+                                                                : -INFINITY;
+                    if (arow[j] > maxv) maxv = arow[j];
+                }
+                for (int c = 0; c < HS; c++) oi[c] = 0.0f;
+                if (maxv == -INFINITY) {  // every key masked: zero output, and no probability at all
+                    lse[bh * T + i] = -INFINITY;
+                    continue;
+                }
+                float sum = 0.0f;
+                for (int j = 0; j < T; j++) {
+                    arow[j] = arow[j] == -INFINITY ? 0.0f : std::exp(arow[j] - maxv);
+                    sum += arow[j];
+                }
+                lse[bh * T + i] = maxv + std::log(sum);
+                const float inv = 1.0f / sum;
+                for (int j = 0; j < T; j++) {
+                    if (arow[j] == 0.0f) continue;
+                    const float w = arow[j] * inv * keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    if (w != 0.0f) axpy(oi, w, v + base + (size_t)j * C, HS);
+                }
+            }
+        }
+    });
+}
+
+// Query by query, key by key: every visible pair (i, j) recomputes its score as the forward
+// did, then P_ij = exp(score - lse_i), and adds its share of dq_i, dk_j and dv_j. dk and dv
+// collect in a (T, HS) scratch per (b, h), summed over i in increasing order, then added once.
+void attention_backward_flash(float* dq, float* dk, float* dv,
+                              const float* dout, const float* out, const float* lse,
+                              const float* q, const float* k, const float* v, const int32_t* mask,
+                              bool causal, float p, const DropoutKey& key,
+                              int B, int T, int NH, int HS) {
+    if (!dq && !dk && !dv) return;
+    const int C = NH * HS;
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
+        std::vector<float> dqi(HS);                                   // (HS)
+        std::vector<float> dkb((size_t)T * HS), dvb((size_t)T * HS);  // (T, HS) each
+        for (int64_t bh = bh0; bh < bh1; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
+            std::fill(dkb.begin(), dkb.end(), 0.0f);
+            std::fill(dvb.begin(), dvb.end(), 0.0f);
+            for (int i = 0; i < T; i++) {
+                const float* qi = q + base + (size_t)i * C;    // (HS)
+                const float* doi = dout + base + (size_t)i * C;
+                const float lse_i = lse[bh * T + i];  // -inf: the query sees no key, so no pair below
+                // D_i = sum_j P_ij dP_ij = do_i . out_i, since out already carries the dropped weights.
+                const float D_i = dot(doi, out + base + (size_t)i * C, HS);
+                std::fill(dqi.begin(), dqi.end(), 0.0f);
+                for (int j = 0; j < T; j++) {
+                    if (!visible(mask, causal, b, i, j, T)) continue;
+                    const float* kj = k + base + (size_t)j * C;
+                    const float P = std::exp(dot(qi, kj, HS) * scale - lse_i);
+                    const float z = keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    const float ds = P * (z * dot(doi, v + base + (size_t)j * C, HS) - D_i) * scale;
+                    if (dv) axpy(&dvb[(size_t)j * HS], P * z, doi, HS);
+                    if (dq) axpy(dqi.data(), ds, kj, HS);
+                    if (dk) axpy(&dkb[(size_t)j * HS], ds, qi, HS);
                 }
                 if (dq) axpy(dq + base + (size_t)i * C, 1.0f, dqi.data(), HS);
             }

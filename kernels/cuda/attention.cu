@@ -4,13 +4,15 @@
 // draw of probability (b, h, i, j) is philox::uniform(key, ((b*NH + h)*T + i)*T + j).
 //
 //  v1 (attention_forward / attention_backward): unfused and obvious. Scores into att, softmax in
-//     place, then att @ v; the backward works from the stored att. This is what the model uses.
+//     place, then att @ v; the backward works from the stored att (tutorials and tests).
 //  v2 (attention_forward_flash): flash-style forward. Keys and values stream through shared
 //     memory in tiles of 32, each query keeps a running max and sum (online softmax), and the
 //     (T, T) matrix never exists; it stores the log-sum-exp per query instead.
 //  v2 (attention_backward_flash): flash-style backward. Recomputes the probabilities tile by tile
 //     from q, k and that log-sum-exp; one kernel owns keys (dk, dv), another owns queries (dq),
-//     so every sum runs in a fixed order without atomics.
+//     so every sum runs in a fixed order without atomics. v2 is what the model uses; its CPU
+//     specification is attention_forward_flash / attention_backward_flash in kernels/cpu/.
+// Every grid puts the (b, h) pairs on blockIdx.y, so B * NH is at most 65535 (heads_grid).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
 #include "kernels/philox.hpp"
@@ -25,6 +27,15 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxSmemFloats = 48 * 1024 / 4;  // the default dynamic shared memory limit
+
+// A grid of x blocks per (b, h) pair, the pairs on y; CUDA allows at most 65535 blocks along y.
+dim3 heads_grid(int x, int B, int NH, const char* fn) {
+    const int64_t pairs = (int64_t)B * NH;
+    if (pairs > 65535)
+        throw std::runtime_error(std::string(fn) + " (CUDA): B * NH = " + std::to_string(pairs) +
+                                 " (batch rows x heads) is above 65535, the grid's y limit; use a smaller batch");
+    return dim3(x, (unsigned)pairs);
+}
 
 // The dropout factor of probability (bh, i, j): 1/(1-p) kept, 0 dropped, 1 without dropout.
 __device__ inline float keep_factor(float p, float s, const DropoutKey& key, int bh, int i, int j, int T) {
@@ -381,11 +392,11 @@ flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, 
 }
 
 template <int HSP>
-void flash_backward_launch(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+void flash_backward_launch(dim3 grid, float* dq, float* dk, float* dv, const float* dout, const float* lse,
                            const float* D, const float* q, const float* k, const float* v,
                            const int32_t* mask, bool causal, float p, float s, const DropoutKey& key,
-                           int B, int T, int NH, int HS, float scale, cudaStream_t stream) {
-    const dim3 grid(ceil_div(T, kFlashQueries), B * NH), block(32 * kFlashQueries);
+                           int T, int NH, int HS, float scale, cudaStream_t stream) {
+    const dim3 block(32 * kFlashQueries);
     if (dk || dv) {
         flash_dkdv_kernel<HSP><<<grid, block, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, mask, causal, p, s,
                                                            key, T, NH, HS, scale);
@@ -413,7 +424,7 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     check_smem(T, "attention_forward", T);
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const dim3 grid(T, B * NH);  // one block per query row (i, bh)
+    const dim3 grid = heads_grid(T, B, NH, "attention_forward");  // one block per query row (i, bh)
     scores_kernel<<<grid, kThreads, sizeof(float) * HS, stream>>>(att, q, k, mask, causal, T, NH, HS, scale);
     CUDA_CHECK_LAST();
     const int64_t rows = (int64_t)B * NH * T;
@@ -430,7 +441,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     check_smem(2 * T, "attention_backward", T);
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const dim3 grid(T, B * NH);
+    const dim3 grid = heads_grid(T, B, NH, "attention_backward");
     float* dS = nullptr;  // (B, NH, T, T) scratch: the gradient of the scores
     if (dq || dk) {
         CUDA_CHECK(cudaMallocAsync(&dS, sizeof(float) * (size_t)B * NH * T * T, stream));
@@ -457,7 +468,8 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
                                  " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const dim3 grid(ceil_div(T, kFlashQueries), B * NH), block(32 * kFlashQueries);
+    const dim3 grid = heads_grid(ceil_div(T, kFlashQueries), B, NH, "attention_forward_flash");
+    const dim3 block(32 * kFlashQueries);
     if (HS <= 32)
         flash_forward_kernel<32><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
     else if (HS <= 64)
@@ -477,17 +489,18 @@ void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout
                                  " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const dim3 grid = heads_grid(ceil_div(T, kFlashQueries), B, NH, "attention_backward_flash");
     const int64_t rows = (int64_t)B * NH * T;
     float* D = nullptr;  // (B, NH, T) scratch: dout_i . out_i
     CUDA_CHECK(cudaMallocAsync(&D, sizeof(float) * rows, stream));
     flash_rowdot_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(D, dout, out, rows, T, NH, HS);
     CUDA_CHECK_LAST();
     if (HS <= 32)
-        flash_backward_launch<32>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
+        flash_backward_launch<32>(grid, dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, T, NH, HS, scale, stream);
     else if (HS <= 64)
-        flash_backward_launch<64>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
+        flash_backward_launch<64>(grid, dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, T, NH, HS, scale, stream);
     else
-        flash_backward_launch<128>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
+        flash_backward_launch<128>(grid, dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, T, NH, HS, scale, stream);
     CUDA_CHECK(cudaFreeAsync(D, stream));
 }
 

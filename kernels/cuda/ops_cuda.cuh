@@ -74,7 +74,7 @@ void dropout_backward(float* dinp, const float* dout, float p, const DropoutKey&
 
 // ---- attention (attention.cu) ----
 // v1, unfused: scores into att, masked softmax in place, then att @ v. Stores att (B, NH, T, T)
-// like the CPU, so attention_backward can use it. This is what the model calls.
+// like the CPU, so attention_backward can use it. B * NH <= 65535 for every version (grid y).
 void attention_forward(float* out, float* att,
                        const float* q, const float* k, const float* v, const int32_t* mask,
                        bool causal, float p, const DropoutKey& key,
@@ -86,7 +86,8 @@ void attention_backward(float* dq, float* dk, float* dv,
                         int B, int T, int NH, int HS, cudaStream_t stream = 0);
 // v2, flash-style forward: tiles of keys, online softmax, no (T, T) matrix in memory. Writes
 // out and lse (B, NH, T), the log-sum-exp of each query's visible scores (-inf when it sees
-// no key), which is all the flash backward needs. HS <= 128.
+// no key), which is all the flash backward needs. HS <= 128. v2 is what the model calls; the
+// CPU ops::attention_forward_flash / attention_backward_flash are its specification.
 void attention_forward_flash(float* out, float* lse,
                              const float* q, const float* k, const float* v, const int32_t* mask,
                              bool causal, float p, const DropoutKey& key,

@@ -9,7 +9,27 @@ namespace pt {
 size_t Stash::bytes() const {
     size_t n = 0;
     for (const Buf* b : buffers) n += b->size() * sizeof(float);
+    for (const auto& p : packed_) n += p.size() * sizeof(uint16_t);
     return n;
+}
+
+void Stash::pack() {
+    packed_.resize(activations.size());
+    for (size_t i = 0; i < activations.size(); i++) {
+        Buf& b = *activations[i];
+        packed_[i].resize(b.size());
+        dev::to_bf16(packed_[i].data(), b.data(), int(b.size()));
+        b.clear();
+    }
+}
+
+void Stash::unpack() {
+    for (size_t i = 0; i < packed_.size(); i++) {
+        Buf& b = *activations[i];
+        b.resize(packed_[i].size());
+        dev::from_bf16(b.data(), packed_[i].data(), int(b.size()));
+    }
+    packed_.clear();
 }
 
 float* Layer::param(const std::string& name) {
@@ -151,7 +171,7 @@ Buf zeros(size_t n) { return Buf(n); }
 struct EmbeddingStash : Stash {
     Buf e, mean, rstd;   // e (B*T, C): the sum before LayerNorm
     Buf dy, de;          // BI → BW: gradient at the LN output and at e
-    EmbeddingStash() { buffers = {&e, &mean, &rstd, &dy, &de}; }
+    EmbeddingStash() { buffers = {&e, &mean, &rstd, &dy, &de}, activations = {&e}; }
 };
 
 class Embedding : public Layer {
@@ -237,6 +257,7 @@ struct BlockStash : Stash {
     BlockStash() {
         buffers = {&x, &q, &k, &v, &lse, &yatt, &r1, &mean1, &rstd1, &a, &h, &g, &r2, &mean2, &rstd2,
                    &dy, &df, &dh, &da, &dproj, &dq, &dk, &dv};
+        activations = {&x, &q, &k, &v, &yatt, &r1, &a, &h, &g, &r2};
     }
 };
 
@@ -397,6 +418,7 @@ class Head : public Layer {
         int C = cfg_.hidden_size, V = cfg_.vocab_size, NT = mb.B * mb.T;
         auto s = std::make_unique<HeadStash>();
         s->buffers = {&s->h, &s->t, &s->u, &s->z, &s->mean, &s->rstd, &s->logits, &s->dlogits, &s->dz, &s->dt};
+        s->activations = {&s->h, &s->t, &s->u, &s->z, &s->logits};
         for (int r = 0; r < NT; r++)
             if (opt.all_logits || mb.targets[r] != kIgnore) s->rows.push_back(r), s->targets.push_back(mb.targets[r]);
         int n = int(s->rows.size());
@@ -471,6 +493,7 @@ class ClassifierHead : public Layer {
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
         auto s = std::make_unique<HeadStash>();
         s->buffers = {&s->h, &s->t, &s->u, &s->logits, &s->dlogits, &s->dt};
+        s->activations = {&s->h, &s->t, &s->u, &s->logits};
         for (int b = 0; b < B; b++) s->rows.push_back(b * mb.T), s->targets.push_back(mb.targets[size_t(b) * mb.T]);
         s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);
         s->h = gather_rows(in, s->rows_dev, C);

@@ -61,10 +61,20 @@ struct ParamInfo {
 };
 
 // What a layer keeps between its forward and its backward for one micro-batch.
+// With --dtype bf16 the activations among them (the logits too) wait for the backward as
+// bfloat16 bits: half the memory, as where a GPU framework stores bf16 activations. Statistics
+// (mean, rstd, lse) stay fp32. The stage packs each stash after the forward and unpacks it
+// before the backward, so every split rounds the same values and the bits stay split-independent.
 struct Stash {
     virtual ~Stash() = default;
-    std::vector<Buf*> buffers;   // for byte accounting
+    std::vector<Buf*> buffers;       // for byte accounting
+    std::vector<Buf*> activations;   // those that --dtype bf16 keeps in 16 bits
     size_t bytes() const;
+    void pack();                     // activations -> bf16 bits; the fp32 arrays are freed
+    void unpack();                   // back to fp32 (no-op when not packed)
+
+ private:
+    std::vector<Array<uint16_t>> packed_;
 };
 
 class Layer {

@@ -140,6 +140,7 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputi
     for (auto& layer : chunks_[chunk]) {
         Buf next(layer->out_numel(mb.B, mb.T));
         f.stash.push_back(layer->forward(next.data(), in, mb, opt_));
+        if (opt_.bf16) f.stash.back()->pack();
         if (opt_.bf16 && !(head && layer == chunks_[chunk].back())) round_bf16(next, out16);
         out.swap(next);
         in = out.data();
@@ -176,6 +177,7 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     for (int i = int(layers.size()) - 1; i >= 0; i--) {
         bool first_layer = layers[i]->index() == 0;
         din.zeros(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size);
+        f.stash[i]->unpack();
         layers[i]->backward_input(first_layer ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(),
                                   *f.stash[i], mb, opt_);
         if (opt_.bf16 && !first_layer) round_bf16(din, bwd16_);

@@ -38,34 +38,35 @@ inline bool visible(const int32_t* mask, bool causal, int b, int i, int j, int T
     return (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
 }
 
-}  // namespace
-
-void attention_forward(float* out, float* att,
-                       const float* q, const float* k, const float* v, const int32_t* mask,
-                       bool causal, float p, const DropoutKey& key,
-                       int B, int T, int NH, int HS) {
+// Both forwards: the probabilities of one query go to its row of att (v1) or to a scratch row
+// (flash, which keeps lse_i = max + log(sum) instead). The same operations, so the same out.
+void forward(float* out, float* att, float* lse,
+             const float* q, const float* k, const float* v, const int32_t* mask,
+             bool causal, float p, const DropoutKey& key,
+             int B, int T, int NH, int HS) {
     const int C = NH * HS;
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
+        std::vector<float> scratch(att ? 0 : T);  // (T)
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
-            const float* kb = k + (size_t)b * T * C + h * HS;  // rows j at kb + j * C
-            const float* vb = v + (size_t)b * T * C + h * HS;
+            const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
             for (int i = 0; i < T; i++) {
-                const float* qi = q + ((size_t)b * T + i) * C + h * HS;  // (HS)
-                float* oi = out + ((size_t)b * T + i) * C + h * HS;     // (HS)
-                float* arow = att + ((size_t)bh * T + i) * T;           // (T)
+                const float* qi = q + base + (size_t)i * C;  // (HS)
+                float* oi = out + base + (size_t)i * C;      // (HS)
+                float* arow = att ? att + ((size_t)bh * T + i) * T : scratch.data();  // (T)
                 // Scores of the visible keys; masked keys get exactly zero probability.
                 float maxv = -INFINITY;
                 for (int j = 0; j < T; j++) {
-                    const bool visible = (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
-                    arow[j] = visible ? dot(qi, kb + (size_t)j * C, HS) * scale : -INFINITY;
+                    arow[j] = visible(mask, causal, b, i, j, T) ? dot(qi, k + base + (size_t)j * C, HS) * scale
+                                                                : -INFINITY;
                     if (arow[j] > maxv) maxv = arow[j];
                 }
                 for (int c = 0; c < HS; c++) oi[c] = 0.0f;
                 if (maxv == -INFINITY) {  // every key masked (an all-padding row): no attention
                     for (int j = 0; j < T; j++) arow[j] = 0.0f;
+                    if (lse) lse[bh * T + i] = -INFINITY;
                     continue;
                 }
                 float sum = 0.0f;
@@ -73,16 +74,26 @@ void attention_forward(float* out, float* att,
                     arow[j] = arow[j] == -INFINITY ? 0.0f : std::exp(arow[j] - maxv);
                     sum += arow[j];
                 }
+                if (lse) lse[bh * T + i] = maxv + std::log(sum);
                 const float inv = 1.0f / sum;
                 for (int j = 0; j < T; j++) arow[j] *= inv;
                 for (int j = 0; j < T; j++) {
                     if (arow[j] == 0.0f) continue;
                     const float w = arow[j] * keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
-                    if (w != 0.0f) axpy(oi, w, vb + (size_t)j * C, HS);
+                    if (w != 0.0f) axpy(oi, w, v + base + (size_t)j * C, HS);
                 }
             }
         }
     });
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att,
+                       const float* q, const float* k, const float* v, const int32_t* mask,
+                       bool causal, float p, const DropoutKey& key,
+                       int B, int T, int NH, int HS) {
+    forward(out, att, nullptr, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 
 void attention_backward(float* dq, float* dk, float* dv,
@@ -136,49 +147,11 @@ void attention_backward(float* dq, float* dk, float* dv,
     });
 }
 
-// The forward of v1 row by row (the same operations, so out has v1's bits), with the
-// probabilities of one query in a scratch row instead of att, and lse_i = max + log(sum).
 void attention_forward_flash(float* out, float* lse,
                              const float* q, const float* k, const float* v, const int32_t* mask,
                              bool causal, float p, const DropoutKey& key,
                              int B, int T, int NH, int HS) {
-    const int C = NH * HS;
-    const float scale = 1.0f / std::sqrt((float)HS);
-    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> arow(T);  // (T) one query's scores, then probabilities
-        for (int64_t bh = bh0; bh < bh1; bh++) {
-            const int b = (int)(bh / NH), h = (int)(bh % NH);
-            const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
-            for (int i = 0; i < T; i++) {
-                const float* qi = q + base + (size_t)i * C;  // (HS)
-                float* oi = out + base + (size_t)i * C;      // (HS)
-                float maxv = -INFINITY;
-                for (int j = 0; j < T; j++) {
-                    arow[j] = visible(mask, causal, b, i, j, T) ? dot(qi, k + base + (size_t)j * C, HS) * scale
-                                                                : -INFINITY;
-                    if (arow[j] > maxv) maxv = arow[j];
-                }
-                for (int c = 0; c < HS; c++) oi[c] = 0.0f;
-                if (maxv == -INFINITY) {  // every key masked: zero output, and no probability at all
-                    lse[bh * T + i] = -INFINITY;
-                    continue;
-                }
-                float sum = 0.0f;
-                for (int j = 0; j < T; j++) {
-                    arow[j] = arow[j] == -INFINITY ? 0.0f : std::exp(arow[j] - maxv);
-                    sum += arow[j];
-                }
-                lse[bh * T + i] = maxv + std::log(sum);
-                const float inv = 1.0f / sum;
-                for (int j = 0; j < T; j++) {
-                    if (arow[j] == 0.0f) continue;
-                    const float w = arow[j] * inv * keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
-                    if (w != 0.0f) axpy(oi, w, v + base + (size_t)j * C, HS);
-                }
-            }
-        }
-    });
+    forward(out, nullptr, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 
 // Query by query, key by key: every visible pair (i, j) recomputes its score as the forward

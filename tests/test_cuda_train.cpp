@@ -59,6 +59,22 @@ TEST_CASE("two GPU runs with the same seed are bitwise identical; pipeline = one
     CHECK(nccl.model == train("one2", "--stages 1 --device cuda").model);
 }
 
+TEST_CASE("a head size above 128 on a GPU is a one-line error, not a wrong result") {
+    pt::set_device(pt::Device{true, 0});
+    const int B = 1, T = 2, NH = 1, HS = 160;   // the flash kernels keep a head of <= 128 channels
+    pt::Buf q(size_t(B) * T * HS), out(size_t(B) * T * HS), lse(size_t(B) * NH * T);
+    std::string error;
+    try {
+        pt::dev::attention_forward_flash(out.data(), lse.data(), q.data(), q.data(), q.data(), nullptr, false, 0.0f,
+                                         ops::DropoutKey{}, B, T, NH, HS);
+    } catch (const std::runtime_error& e) {
+        error = e.what();
+    }
+    CHECK(error.find("head size 160") != std::string::npos);
+    CHECK(error.find('\n') == std::string::npos);
+    pt::set_device(pt::Device{});
+}
+
 int main(int argc, char** argv) {
     if (pt::cuda_device_count() == 0) {
         std::printf("skipped: no CUDA device\n");

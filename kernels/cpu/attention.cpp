@@ -154,9 +154,10 @@ void attention_forward_flash(float* out, float* lse,
     forward(out, nullptr, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 
-// Query by query, key by key: every visible pair (i, j) recomputes its score as the forward
-// did, then P_ij = exp(score - lse_i), and adds its share of dq_i, dk_j and dv_j. dk and dv
-// collect in a (T, HS) scratch per (b, h), summed over i in increasing order, then added once.
+// Query by query: every visible pair (i, j) recomputes its score as the forward did, then
+// P_ij = exp(score - lse_i), and adds its share of dq_i, dk_j and dv_j. dk and dv collect in a
+// (T, HS) scratch per (b, h), summed over i in increasing order, then added once. A query's
+// rows of P and dP are computed first, in loops of independent dot products the CPU overlaps.
 void attention_backward_flash(float* dq, float* dk, float* dv,
                               const float* dout, const float* out, const float* lse,
                               const float* q, const float* k, const float* v, const int32_t* mask,
@@ -167,7 +168,7 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> dqi(HS);                                   // (HS)
+        std::vector<float> dqi(HS), P(T), Z(T), dP(T);                // (HS), then (T) each
         std::vector<float> dkb((size_t)T * HS), dvb((size_t)T * HS);  // (T, HS) each
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
@@ -183,12 +184,16 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
                 std::fill(dqi.begin(), dqi.end(), 0.0f);
                 for (int j = 0; j < T; j++) {
                     if (!visible(mask, causal, b, i, j, T)) continue;
-                    const float* kj = k + base + (size_t)j * C;
-                    const float P = std::exp(dot(qi, kj, HS) * scale - lse_i);
-                    const float z = keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
-                    const float ds = P * (z * dot(doi, v + base + (size_t)j * C, HS) - D_i) * scale;
-                    if (dv) axpy(&dvb[(size_t)j * HS], P * z, doi, HS);
-                    if (dq) axpy(dqi.data(), ds, kj, HS);
+                    P[j] = dot(qi, k + base + (size_t)j * C, HS) * scale - lse_i;
+                    Z[j] = keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    dP[j] = Z[j] * dot(doi, v + base + (size_t)j * C, HS);
+                }
+                for (int j = 0; j < T; j++) {
+                    if (!visible(mask, causal, b, i, j, T)) continue;
+                    P[j] = std::exp(P[j]);
+                    const float ds = P[j] * (dP[j] - D_i) * scale;
+                    if (dv) axpy(&dvb[(size_t)j * HS], P[j] * Z[j], doi, HS);
+                    if (dq) axpy(dqi.data(), ds, k + base + (size_t)j * C, HS);
                     if (dk) axpy(&dkb[(size_t)j * HS], ds, qi, HS);
                 }
                 if (dq) axpy(dq + base + (size_t)i * C, 1.0f, dqi.data(), HS);

@@ -82,6 +82,8 @@ struct DropoutKey {
 };
 // Uniform float in [0, 1) for element i (24 random bits).
 float philox_uniform(const DropoutKey& key, uint64_t i);
+// u[j] = philox_uniform(key, i0 + j) for j < n, the same bits several times faster.
+void philox_uniforms(float* u, const DropoutKey& key, uint64_t i0, int n);
 // out = keep ? inp * s : 0 with s = 1 / (1 - p) computed once in float (as PyTorch does; the
 // CUDA port must multiply too), keep = philox_uniform(key, i) >= p. p == 0 copies.
 // In-place (out == inp) is allowed.

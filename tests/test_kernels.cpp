@@ -389,6 +389,19 @@ TEST_CASE("activations and elementwise helpers are thread-invariant") {
 
 // ================================================================================= dropout ====
 
+TEST_CASE("philox_uniforms draws philox_uniform's numbers, also across a 2^32 boundary of the index") {
+    ops::DropoutKey key;
+    key.seed = 0x123456789abcull, key.step = 3, key.microbatch = 1, key.layer = 2, key.site = 1;
+    for (uint64_t i0 : {uint64_t(0), uint64_t(12345), (uint64_t(1) << 32) - 5, (uint64_t(7) << 32) - 300}) {
+        CAPTURE(i0);
+        std::vector<float> u(301);
+        ops::philox_uniforms(u.data(), key, i0, int(u.size()));
+        bool same = true;
+        for (size_t j = 0; j < u.size(); j++) same &= u[j] == ops::philox_uniform(key, i0 + j);
+        CHECK(same);
+    }
+}
+
 TEST_CASE("philox_uniform reproduces the Random123 Philox-4x32-10 known-answer vectors") {
     // Random123 kat_vectors: counter, key -> first output word. Our packing maps
     // counter = (i lo, i hi ^ (layer << 8 | site), microbatch, step), key = (seed lo, seed hi);

@@ -27,11 +27,16 @@ inline void axpy(float* y, float a, const float* x, int n) {  // y += a * x
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-// Dropout on a probability multiplies it by 1/(1-p) (kept) or 0 (dropped); 1 without dropout.
-// The element index is the position in att (B, NH, T, T), as in dropout_forward.
-inline float keep_factor(float p, float s, const DropoutKey& key, uint64_t index) {
-    if (p == 0.0f) return 1.0f;
-    return philox_uniform(key, index) >= p ? s : 0.0f;
+// Dropout on the probabilities of query i: z[j] = 1/(1-p) (kept) or 0 (dropped), all 1 without
+// dropout. Element (b, h, i, j) has the index of its place in att (B, NH, T, T), as in
+// dropout_forward; a whole row is drawn at once (philox_uniforms is vectorised).
+void keep_row(float* z, float p, float s, const DropoutKey& key, int64_t bh, int i, int T) {
+    if (p == 0.0f) {
+        std::fill(z, z + T, 1.0f);
+        return;
+    }
+    philox_uniforms(z, key, ((uint64_t)bh * T + i) * T, T);
+    for (int j = 0; j < T; j++) z[j] = z[j] >= p ? s : 0.0f;
 }
 
 inline bool visible(const int32_t* mask, bool causal, int b, int i, int j, int T) {
@@ -48,7 +53,7 @@ void forward(float* out, float* att, float* lse,
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> scratch(att ? 0 : T);  // (T)
+        std::vector<float> scratch(att ? 0 : T), z(T);  // (T) each
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
@@ -77,9 +82,10 @@ void forward(float* out, float* att, float* lse,
                 if (lse) lse[bh * T + i] = maxv + std::log(sum);
                 const float inv = 1.0f / sum;
                 for (int j = 0; j < T; j++) arow[j] *= inv;
+                keep_row(z.data(), p, s, key, bh, i, T);
                 for (int j = 0; j < T; j++) {
                     if (arow[j] == 0.0f) continue;
-                    const float w = arow[j] * keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    const float w = arow[j] * z[j];
                     if (w != 0.0f) axpy(oi, w, v + base + (size_t)j * C, HS);
                 }
             }
@@ -105,7 +111,7 @@ void attention_backward(float* dq, float* dk, float* dv,
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> datt(T), dqi(HS);                     // (T), (HS)
+        std::vector<float> datt(T), z(T), dqi(HS);               // (T), (T), (HS)
         std::vector<float> dkb((size_t)T * HS), dvb((size_t)T * HS);  // (T, HS) each
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
@@ -117,10 +123,11 @@ void attention_backward(float* dq, float* dk, float* dv,
                 const float* arow = att + ((size_t)bh * T + i) * T;  // (T)
                 // out_i = sum_j a_ij m_ij v_j with m the dropout factor: datt_ij = m_ij (do_i . v_j).
                 float datt_dot_att = 0.0f;
+                keep_row(z.data(), p, s, key, bh, i, T);
                 for (int j = 0; j < T; j++) {
                     datt[j] = 0.0f;
                     if (arow[j] == 0.0f) continue;  // masked or underflowed: no gradient either way
-                    const float m = keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
+                    const float m = z[j];
                     const float w = arow[j] * m;  // the same product as the forward
                     if (w == 0.0f) continue;
                     datt[j] = dot(doi, v + base + (size_t)j * C, HS) * m;
@@ -182,10 +189,10 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
                 // D_i = sum_j P_ij dP_ij = do_i . out_i, since out already carries the dropped weights.
                 const float D_i = dot(doi, out + base + (size_t)i * C, HS);
                 std::fill(dqi.begin(), dqi.end(), 0.0f);
+                keep_row(Z.data(), p, s, key, bh, i, T);
                 for (int j = 0; j < T; j++) {
                     if (!visible(mask, causal, b, i, j, T)) continue;
                     P[j] = dot(qi, k + base + (size_t)j * C, HS) * scale - lse_i;
-                    Z[j] = keep_factor(p, s, key, ((uint64_t)bh * T + i) * T + j);
                     dP[j] = Z[j] * dot(doi, v + base + (size_t)j * C, HS);
                 }
                 for (int j = 0; j < T; j++) {

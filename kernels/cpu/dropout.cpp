@@ -31,19 +31,25 @@ using philox::word0;
 
 inline float to_uniform(uint32_t word) { return (float)(word >> 8) * (1.0f / 16777216.0f); }
 
-// u[j] = philox_uniform(key, i0 + j) for j < n. The key words are copied to locals so the
-// compiler sees a plain integer loop and vectorises it (several times faster than one call
-// per element, same bits).
 constexpr int kBlock = 256;
-void uniforms(float* u, const DropoutKey& key, uint64_t i0, int n) {
+
+}  // namespace
+
+// The key words are copied to locals so the compiler sees a plain integer loop and vectorises
+// it. A run that crosses a multiple of 2^32 is split: the high word of i changes there.
+void philox_uniforms(float* u, const DropoutKey& key, uint64_t i0, int n) {
+    const uint64_t room = (uint64_t(1) << 32) - (uint32_t)i0;   // counters left before lo wraps
+    if ((uint64_t)n > room) {
+        philox_uniforms(u, key, i0, int(room));
+        philox_uniforms(u + room, key, i0 + room, n - int(room));
+        return;
+    }
     const uint32_t c1 = (uint32_t)(i0 >> 32) ^ (key.layer << 8 | key.site);
     const uint32_t c2 = key.microbatch, c3 = key.step;
     const uint32_t k0 = (uint32_t)key.seed, k1 = (uint32_t)(key.seed >> 32);
-    const uint32_t lo = (uint32_t)i0;  // N is an int: i0 + j < 2^31 never carries into i >> 32
+    const uint32_t lo = (uint32_t)i0;
     for (int j = 0; j < n; j++) u[j] = to_uniform(word0(lo + (uint32_t)j, c1, c2, c3, k0, k1));
 }
-
-}  // namespace
 
 float philox_uniform(const DropoutKey& key, uint64_t i) {
     const uint32_t word = word0((uint32_t)i, (uint32_t)(i >> 32) ^ (key.layer << 8 | key.site),
@@ -62,7 +68,7 @@ void dropout_forward(float* out, const float* inp, float p, const DropoutKey& ke
         float u[kBlock];
         for (int64_t b = i0; b < i1; b += kBlock) {
             const int n = (int)std::min<int64_t>(kBlock, i1 - b);
-            uniforms(u, key, b, n);
+            philox_uniforms(u, key, b, n);
             for (int j = 0; j < n; j++) out[b + j] = u[j] >= p ? inp[b + j] * s : 0.0f;
         }
     });
@@ -78,7 +84,7 @@ void dropout_backward(float* dinp, const float* dout, float p, const DropoutKey&
         float u[kBlock];
         for (int64_t b = i0; b < i1; b += kBlock) {
             const int n = (int)std::min<int64_t>(kBlock, i1 - b);
-            uniforms(u, key, b, n);
+            philox_uniforms(u, key, b, n);
             for (int j = 0; j < n; j++) dinp[b + j] += u[j] >= p ? dout[b + j] * s : 0.0f;
         }
     });

@@ -17,31 +17,38 @@
 namespace ops {
 namespace philox {
 
-// Word 0 of Philox-4x32-10(counter = {c0, c1, c2, c3}, key = {k0, k1}).
-PT_HOST_DEVICE inline uint32_t word0(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                                     uint32_t k0, uint32_t k1) {
+// c = Philox-4x32-10(counter = c, key = {k0, k1}): four random words per call.
+PT_HOST_DEVICE inline void block(uint32_t c[4], uint32_t k0, uint32_t k1) {
     for (int round = 0; round < 10; round++) {
         if (round > 0) {
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
         }
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
+        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
+        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        c[1] = (uint32_t)p1;
+        c[3] = (uint32_t)p0;
+        c[0] = n0;
+        c[2] = n2;
     }
-    return c0;
 }
 
-// Uniform in [0, 1) from the top 24 bits, exactly as ops::philox_uniform.
+PT_HOST_DEVICE inline float to_uniform(uint32_t word) { return (float)(word >> 8) * (1.0f / 16777216.0f); }
+
+// u[w] = uniform of element 4 * b + w, w < 4: the four words of Philox block b.
+PT_HOST_DEVICE inline void uniforms4(float u[4], const DropoutKey& key, uint64_t b) {
+    uint32_t c[4] = {(uint32_t)b, (uint32_t)(b >> 32) ^ (key.layer << 8 | key.site), key.microbatch, key.step};
+    block(c, (uint32_t)key.seed, (uint32_t)(key.seed >> 32));
+    for (int w = 0; w < 4; w++) u[w] = to_uniform(c[w]);
+}
+
+// Uniform in [0, 1) of element i, exactly as ops::philox_uniform.
 PT_HOST_DEVICE inline float uniform(const DropoutKey& key, uint64_t i) {
-    const uint32_t w = word0((uint32_t)i, (uint32_t)(i >> 32) ^ (key.layer << 8 | key.site),
-                             key.microbatch, key.step, (uint32_t)key.seed, (uint32_t)(key.seed >> 32));
-    return (float)(w >> 8) * (1.0f / 16777216.0f);
+    float u[4];
+    uniforms4(u, key, i >> 2);
+    return u[i & 3];
 }
 
 }  // namespace philox

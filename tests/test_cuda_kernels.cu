@@ -294,6 +294,17 @@ TEST_CASE("dropout: the GPU draws the CPU's mask, bit for bit") {
         CHECK(same_bits(dg.get(), g));
         ops::cuda::dropout_forward(dx.p, dx.p, p, key, N);  // in place
         CHECK(same_bits(dx.get(), out));
+        // pointers off 16-byte alignment take the kernels' scalar path
+        Vec out1(N - 1), g1(g0.begin() + 1, g0.end());
+        ops::dropout_forward(out1.data(), x.data() + 1, p, key, N - 1);
+        ops::dropout_backward(g1.data(), x.data() + 1, p, key, N - 1);
+        DevBuf<float> dx1(x), dout1(N), dg1(g0);
+        dout1.poison();
+        ops::cuda::dropout_forward(dout1.p + 1, dx1.p + 1, p, key, N - 1);
+        ops::cuda::dropout_backward(dg1.p + 1, dx1.p + 1, p, key, N - 1);
+        const Vec got = dout1.get(), got_g = dg1.get();
+        CHECK(same_bits(Vec(got.begin() + 1, got.end()), out1));
+        CHECK(same_bits(Vec(got_g.begin() + 1, got_g.end()), g1));
     }
 }
 

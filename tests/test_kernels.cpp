@@ -10,6 +10,7 @@
 #include "kernels/cpu/parallel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -389,40 +390,50 @@ TEST_CASE("activations and elementwise helpers are thread-invariant") {
 
 // ================================================================================= dropout ====
 
-TEST_CASE("philox_uniforms draws philox_uniform's numbers, also across a 2^32 boundary of the index") {
+TEST_CASE("philox_uniforms draws philox_uniform's numbers, also across a 2^32 boundary of the block index") {
     ops::DropoutKey key;
     key.seed = 0x123456789abcull, key.step = 3, key.microbatch = 1, key.layer = 2, key.site = 1;
-    for (uint64_t i0 : {uint64_t(0), uint64_t(12345), (uint64_t(1) << 32) - 5, (uint64_t(7) << 32) - 300}) {
-        CAPTURE(i0);
-        std::vector<float> u(301);
-        ops::philox_uniforms(u.data(), key, i0, int(u.size()));
-        bool same = true;
-        for (size_t j = 0; j < u.size(); j++) same &= u[j] == ops::philox_uniform(key, i0 + j);
-        CHECK(same);
-    }
+    for (uint64_t i0 : {uint64_t(0), uint64_t(12345), (uint64_t(1) << 34) - 7, (uint64_t(7) << 34) - 301})
+        for (int n : {301, 2, 7}) {
+            CAPTURE(i0);
+            CAPTURE(n);
+            std::vector<float> u(n);
+            ops::philox_uniforms(u.data(), key, i0, n);
+            bool same = true;
+            for (int j = 0; j < n; j++) same &= u[j] == ops::philox_uniform(key, i0 + j);
+            CHECK(same);
+        }
 }
 
 TEST_CASE("philox_uniform reproduces the Random123 Philox-4x32-10 known-answer vectors") {
-    // Random123 kat_vectors: counter, key -> first output word. Our packing maps
-    // counter = (i lo, i hi ^ (layer << 8 | site), microbatch, step), key = (seed lo, seed hi);
-    // the uniform keeps the top 24 bits of the first word.
-    auto word_top24 = [](uint32_t w) { return (float)(w >> 8) / 16777216.0f; };
-    ops::DropoutKey zero;
-    CHECK(ops::philox_uniform(zero, 0) == word_top24(0x6627e8d5u));
-    ops::DropoutKey ones;
+    // Random123 tests/kat_vectors: counter, key -> the four output words. Element i takes word
+    // i % 4 of block b = i / 4, with counter = (b lo, b hi ^ (layer << 8 | site), microbatch,
+    // step) and key = (seed lo, seed hi); the uniform keeps the top 24 bits of the word.
+    auto top24 = [](uint32_t w) { return (float)(w >> 8) / 16777216.0f; };
+    auto check_block = [&](const ops::DropoutKey& key, uint64_t b, std::array<uint32_t, 4> words) {
+        for (int w = 0; w < 4; w++) {
+            CAPTURE(w);
+            CHECK(ops::philox_uniform(key, 4 * b + w) == top24(words[w]));
+        }
+    };
+    check_block(ops::DropoutKey{}, 0, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+    ops::DropoutKey ones;   // counter word 1 = (b >> 32) ^ (layer << 8 | site) = 0xffffffff
     ones.seed = ~0ull;
     ones.step = ones.microbatch = 0xffffffffu;
-    CHECK(ops::philox_uniform(ones, ~0ull) == word_top24(0x408f276du));
+    ones.layer = 0xc00000u;
+    check_block(ones, 0x3fffffffffffffffull, {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
     ops::DropoutKey pi;
     pi.seed = 0x299f31d0a4093822ull;
     pi.microbatch = 0x13198a2eu;
     pi.step = 0x03707344u;
-    CHECK(ops::philox_uniform(pi, 0x85a308d3243f6a88ull) == word_top24(0xd16cfe09u));
-    // the layer/site word is XORed into the high half of the element index
+    pi.layer = 0x800000u;   // 0x05a308d3 ^ 0x80000000 = 0x85a308d3
+    const std::array<uint32_t, 4> pi_words = {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u};
+    check_block(pi, 0x05a308d3243f6a88ull, pi_words);
+    // the layer/site word is XORed into the high half of the block index
     ops::DropoutKey pi2 = pi;
     pi2.layer = 0x85a308u;
     pi2.site = 0xd3u;
-    CHECK(ops::philox_uniform(pi2, 0x243f6a88ull) == word_top24(0xd16cfe09u));
+    check_block(pi2, 0x243f6a88ull, pi_words);
 }
 
 namespace {

@@ -54,7 +54,6 @@ __global__ void scale_kernel(float* x, float s, int N) {
     if (i < N) x[i] *= s;
 }
 
-// out[n][c] += table[ids[n]][c], one thread per (n, c).
 __global__ void to_bf16_kernel(uint16_t* out, const float* inp, int N) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) out[i] = bf16::bits(inp[i]);
@@ -64,6 +63,7 @@ __global__ void from_bf16_kernel(float* out, const uint16_t* inp, int N) {
     if (i < N) out[i] = bf16::value(inp[i]);
 }
 
+// out[n][c] += table[ids[n]][c], one thread per (n, c).
 __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int N, int C) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)N * C) return;

@@ -95,8 +95,8 @@ Checkpoint index_tensors(const std::string& path, std::vector<st::File> files) {
                 if (paddle.empty() && t.name.find(m) != std::string::npos) paddle = t.name;
         }
     if (!hf.empty() && !paddle.empty())
-        throw std::runtime_error(path + ": mixes Hugging Face names (" + hf + ") and PaddleNLP names (" + paddle +
-                                 "); a checkpoint must use one convention");
+        fail(path, "mixes Hugging Face names (" + hf + ") and PaddleNLP names (" + paddle +
+                       "); a checkpoint must use one convention");
     c.convention = paddle.empty() ? "hf" : "paddle";
     for (size_t i = 0; i < c.files.size(); i++)
         for (const st::TensorInfo& t : c.files[i].tensors) {
@@ -170,55 +170,46 @@ std::string to_file_name(const std::string& model_name, bool paddle, bool* trans
 Checkpoint open_checkpoint_file(const std::string& path) { return index_tensors(path, {st::read(path)}); }
 
 Checkpoint open_checkpoint(const std::string& dir) {
-    if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": not a model directory");
+    if (!fs::is_directory(dir)) fail(dir, "not a model directory");
     std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
     if (fs::exists(single)) return open_checkpoint_file(single);
-    if (!fs::exists(index)) {
-        bool pdparams = fs::exists(dir + "/model_state.pdparams");
-        throw std::runtime_error(dir + ": no model.safetensors or model.safetensors.index.json" +
-                                 (pdparams ? std::string(" (model_state.pdparams: convert it with "
-                                                         "scripts/convert_checkpoint.py)")
-                                           : std::string()));
-    }
+    if (!fs::exists(index))
+        fail(dir, std::string("no model.safetensors or model.safetensors.index.json") +
+                      (fs::exists(dir + "/model_state.pdparams")
+                           ? " (model_state.pdparams: convert it with scripts/convert_checkpoint.py)"
+                           : ""));
     // Hugging Face's sharded layout: {"metadata": {...}, "weight_map": {tensor: shard file}}.
     json j = json::parse(read_file(index), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
         j["weight_map"].empty())
-        throw std::runtime_error(index + ": expected a JSON object with a non-empty \"weight_map\": "
-                                 "{tensor: shard file}");
-    std::map<std::string, std::string> where;
-    std::vector<std::string> shards;
+        fail(index, "expected a JSON object with a non-empty \"weight_map\": {tensor: shard file}");
+    std::map<std::string, std::string> where;   // tensor -> shard
+    std::map<std::string, st::File> shards;     // shard -> its file, in name order
     for (const auto& [name, v] : j["weight_map"].items()) {
-        if (!v.is_string()) throw std::runtime_error(index + ": weight_map[\"" + name + "\"] must be a file name");
+        if (!v.is_string()) fail(index, "weight_map[\"" + name + "\"] must be a file name");
         std::string shard = v.get<std::string>();
         if (shard.empty() || shard == "." || shard == ".." || shard.find_first_of("/\\") != std::string::npos)
-            throw std::runtime_error(index + ": shard \"" + shard + "\" of " + name +
-                                     " must be a file name in the same directory");
+            fail(index, "shard \"" + shard + "\" of " + name + " must be a file name in the same directory");
         where[name] = shard;
-        if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+        shards.emplace(shard, st::File{});
     }
-    std::sort(shards.begin(), shards.end());
-    std::vector<st::File> files;
-    for (const std::string& shard : shards) {
+    for (auto& [shard, f] : shards) {
         std::string path = dir + "/" + shard;
-        if (!fs::exists(path)) throw std::runtime_error(index + ": shard " + shard + " not found in " + dir);
-        files.push_back(st::read(path));
+        if (!fs::exists(path)) fail(index, "shard " + shard + " not found in " + dir);
+        f = st::read(path);
     }
-    for (size_t i = 0; i < files.size(); i++)
-        for (const st::TensorInfo& t : files[i].tensors) {
+    for (const auto& [shard, f] : shards)
+        for (const st::TensorInfo& t : f.tensors) {
             auto it = where.find(t.name);
-            if (it == where.end())
-                throw std::runtime_error(files[i].path + ": holds tensor " + t.name + ", which " + index +
-                                         " does not list");
-            if (it->second != shards[i])
-                throw std::runtime_error(files[i].path + ": holds tensor " + t.name + ", but " + index +
-                                         " puts it in " + it->second);
+            if (it == where.end()) fail(f.path, "holds tensor " + t.name + ", which " + index + " does not list");
+            if (it->second != shard)
+                fail(f.path, "holds tensor " + t.name + ", but " + index + " puts it in " + it->second);
         }
-    for (const auto& [name, shard] : where) {
-        size_t i = size_t(std::find(shards.begin(), shards.end(), shard) - shards.begin());
-        if (!files[i].find(name))
-            throw std::runtime_error(index + ": lists tensor " + name + " in " + shard + ", which does not hold it");
-    }
+    for (const auto& [name, shard] : where)
+        if (!shards.at(shard).find(name))
+            fail(index, "lists tensor " + name + " in " + shard + ", which does not hold it");
+    std::vector<st::File> files;
+    for (auto& [shard, f] : shards) files.push_back(std::move(f));
     return index_tensors(index, std::move(files));
 }
 
@@ -309,7 +300,7 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
     bool paddle = format == "paddle";
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
+    if (ec) fail(dir, "cannot create directory (" + ec.message() + ")");
     st::Writer w;
     w.metadata["format"] = paddle ? "np" : "pt";   // what PaddleNLP's and transformers' writers put there
     for (const Layer* l : layers)
@@ -329,10 +320,10 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
 }
 
 ModelConfig load_model_config(const std::string& dir) {
-    if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": not a model directory");
+    if (!fs::is_directory(dir)) fail(dir, "not a model directory");
     for (const char* name : {"config.json", "model_config.json"})
         if (fs::exists(dir + "/" + name)) return ModelConfig::from_json_file(dir + "/" + name);
-    throw std::runtime_error(dir + ": no config.json (or PaddleNLP model_config.json)");
+    fail(dir, "no config.json (or PaddleNLP model_config.json)");
 }
 
 std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg) {
@@ -340,8 +331,8 @@ std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelCon
     if (!fs::exists(path)) return {};
     Tokenizer tok = Tokenizer::from_file(path);
     if (tok.size() > size_t(cfg.vocab_size))
-        throw std::runtime_error(path + ": " + std::to_string(tok.size()) + " tokens but the model's vocab_size is " +
-                                 std::to_string(cfg.vocab_size) + " (more tokens than embedding rows)");
+        fail(path, std::to_string(tok.size()) + " tokens but the model's vocab_size is " +
+                       std::to_string(cfg.vocab_size) + " (more tokens than embedding rows)");
     std::vector<std::string> lines;
     for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
     return lines;

@@ -61,7 +61,7 @@ Corpus load_corpus(const std::string& path, const Tokenizer& tok, int T) {
         try {
             ids = tok.encode(lines[i]);
         } catch (const std::exception& e) {
-            throw std::runtime_error(path + ": line " + std::to_string(i + 1) + ": " + e.what());
+            fail(path, "line " + std::to_string(i + 1) + ": " + e.what());
         }
         stream.insert(stream.end(), ids.begin(), ids.end());
     }
@@ -75,8 +75,7 @@ Corpus load_corpus(const std::string& path, const Tokenizer& tok, int T) {
         seqs.push_back(std::move(s));
     }
     if (seqs.size() < 2)
-        throw std::runtime_error(path + ": too little text for --seq " + std::to_string(T) + " (" +
-                                 std::to_string(stream.size()) + " tokens)");
+        fail(path, "too little text for --seq " + std::to_string(T) + " (" + std::to_string(stream.size()) + " tokens)");
     size_t n_eval = std::min<size_t>(64, std::max<size_t>(1, seqs.size() / 20));
     c.train.assign(seqs.begin(), seqs.end() - n_eval);
     c.eval.assign(seqs.end() - n_eval, seqs.end());
@@ -110,9 +109,6 @@ void fill_row(Batch& b, int row, const std::vector<int32_t>& seq, Objective obj,
         size_t i = size_t(row) * b.T + t;
         int32_t id = seq[t];
         b.input_ids[i] = id;
-        b.attention_mask[i] = 1;
-        b.token_type_ids[i] = 0;
-        b.targets[i] = kIgnore;
         if (obj == Objective::causal) continue;
         bool special = id == sp.cls || id == sp.sep || id == sp.pad;
         uint64_t h = hash4(seed, stream, uint64_t(row), uint64_t(t));
@@ -146,11 +142,12 @@ class EpochOrder {
     std::vector<size_t> perm_;
 };
 
+// Every token real, of type 0, and no target: what the fill functions start from.
 Batch empty_batch(int B, int T) {
     Batch b;
     b.B = B, b.T = T;
     size_t n = size_t(B) * T;
-    b.input_ids.resize(n), b.token_type_ids.resize(n), b.attention_mask.resize(n), b.targets.resize(n);
+    b.input_ids.resize(n), b.token_type_ids.resize(n), b.attention_mask.assign(n, 1), b.targets.assign(n, kIgnore);
     return b;
 }
 
@@ -205,19 +202,19 @@ Batch load_inputs(const std::string& path, Objective obj) {
         const st::TensorInfo* info = f.find(name);
         if (!info) return {};
         if (info->shape.size() != 2)
-            throw std::runtime_error(path + ": tensor \"" + std::string(name) + "\" must be [B, T]");
+            fail(path, "tensor \"" + std::string(name) + "\" must be [B, T]");
         std::vector<int64_t> v = f.to_i64(name);
         std::vector<int32_t> out(v.size());
         for (size_t i = 0; i < v.size(); i++) {
             if (v[i] < INT32_MIN || v[i] > INT32_MAX)
-                throw std::runtime_error(path + ": tensor \"" + std::string(name) + "\" has an out-of-range value");
+                fail(path, "tensor \"" + std::string(name) + "\" has an out-of-range value");
             out[i] = int32_t(v[i]);
         }
         return out;
     };
     Batch b;
     const st::TensorInfo* ids = f.find("input_ids");
-    if (!ids || ids->shape.size() != 2) throw std::runtime_error(path + ": needs an input_ids tensor of shape [B, T]");
+    if (!ids || ids->shape.size() != 2) fail(path, "needs an input_ids tensor of shape [B, T]");
     b.B = int(ids->shape[0]), b.T = int(ids->shape[1]);
     b.input_ids = get("input_ids");
     b.token_type_ids = get("token_type_ids");
@@ -228,19 +225,18 @@ Batch load_inputs(const std::string& path, Objective obj) {
     if (b.token_type_ids.empty()) b.token_type_ids.assign(n, 0);
     if (b.attention_mask.empty()) b.attention_mask.assign(n, 1);
     for (auto* v : {&b.token_type_ids, &b.attention_mask, &b.task_type_ids})
-        if (!v->empty() && v->size() != n) throw std::runtime_error(path + ": tensors must all be [B, T] like input_ids");
+        if (!v->empty() && v->size() != n) fail(path, "tensors must all be [B, T] like input_ids");
     if (obj == Objective::causal) {
         b.targets.assign(n, kIgnore);
         set_causal_targets(b);
     } else if (b.targets.size() != n) {
-        throw std::runtime_error(path + ": --objective mlm needs a labels tensor [B, T] (-100 = no target)");
+        fail(path, "--objective mlm needs a labels tensor [B, T] (-100 = no target)");
     }
     return b;
 }
 
 Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
     Batch b = empty_batch(B, T);
-    b.attention_mask.assign(b.attention_mask.size(), 1), b.targets.assign(b.targets.size(), kIgnore);
     for (size_t i = 0; i < b.input_ids.size(); i++) {
         b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
         // A classifier reads a label in [0, num_labels) at each sequence's first row; MLM, token ids.
@@ -252,7 +248,7 @@ Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
 
 std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int T, int num_labels) {
     std::vector<std::string> lines = read_lines(path);
-    if (lines.empty()) throw std::runtime_error(path + ": empty (expected a header row: label<TAB>text_a)");
+    if (lines.empty()) fail(path, "empty (expected a header row: label<TAB>text_a)");
     std::vector<std::string> header = split(lines[0], '\t');
     int label_col = -1, a_col = -1, b_col = -1;
     for (int i = 0; i < int(header.size()); i++) {
@@ -263,7 +259,7 @@ std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int
         else if (h == "text_b") b_col = i;
     }
     if (label_col < 0 || a_col < 0)
-        throw std::runtime_error(path + ": header must name the columns label and text_a (optional text_b, qid)");
+        fail(path, "header must name the columns label and text_a (optional text_b, qid)");
     std::vector<Example> out;
     for (size_t i = 1; i < lines.size(); i++) {
         if (lines[i].empty()) continue;
@@ -271,30 +267,29 @@ std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int
         std::vector<std::string> cols = split(lines[i], '\t');
         if (!cols.empty() && !cols.back().empty() && cols.back().back() == '\r') cols.back().pop_back();
         if (int(cols.size()) != int(header.size()))
-            throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
-                                     std::to_string(header.size()));
+            fail(where, std::to_string(cols.size()) + " columns, the header has " + std::to_string(header.size()));
         Example e;
         try {
             size_t used = 0;
             e.label = std::stoi(cols[label_col], &used);
             if (used != cols[label_col].size()) throw std::invalid_argument("");
         } catch (const std::exception&) {
-            throw std::runtime_error(where + ": label \"" + cols[label_col] + "\" is not an integer");
+            fail(where, "label \"" + cols[label_col] + "\" is not an integer");
         }
         if (e.label < 0 || e.label >= num_labels)
-            throw std::runtime_error(where + ": label " + std::to_string(e.label) + " out of range [0, " +
-                                     std::to_string(num_labels) + ") (--labels)");
+            fail(where, "label " + std::to_string(e.label) + " out of range [0, " + std::to_string(num_labels) +
+                            ") (--labels)");
         Tokenizer::Encoded enc;
         try {
             enc = tok.encode_pair(cols[a_col], b_col >= 0 ? cols[b_col] : "", T);
         } catch (const std::exception& ex) {
-            throw std::runtime_error(where + ": " + ex.what());
+            fail(where, ex.what());
         }
         e.ids = enc.input_ids, e.types = enc.token_type_ids;
         e.ids.resize(T, tok.pad_id()), e.types.resize(T, 0);
         out.push_back(std::move(e));
     }
-    if (out.empty()) throw std::runtime_error(path + ": no examples");
+    if (out.empty()) fail(path, "no examples");
     return out;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 
 #include "src/args.hpp"
@@ -64,6 +65,17 @@ std::vector<double> softmax(const float* x, int V) {
     return p;
 }
 
+// The ids of the k largest scores (at most V), largest first.
+template <typename Score>
+std::vector<int> top_ids(const Score* x, int V, int k) {
+    std::vector<int> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    k = std::min(k, V);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return x[a] > x[b]; });
+    order.resize(k);
+    return order;
+}
+
 // Joins WordPiece tokens back into text: "##" pieces attach to the previous token, CJK
 // characters need no spaces, other words do.
 std::string detokenize(const std::vector<std::string>& pieces) {
@@ -91,12 +103,8 @@ int fill_mask_main(const std::vector<std::string>& argv) {
     for (size_t t = 0; t < ids.size(); t++) {
         if (ids[t] != m.tok->mask_id()) continue;
         std::vector<double> p = softmax(logits.data() + t * V, V);
-        std::vector<int> order(V);
-        for (int i = 0; i < V; i++) order[i] = i;
-        std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int x, int y) { return p[x] > p[y]; });
         std::printf("[MASK] %d (position %zu):", ++n_masks, t);
-        for (int i = 0; i < top; i++) {
-            int id = order[i];
+        for (int id : top_ids(p.data(), V, top)) {
             std::string tok = id < int(m.tok->size()) ? m.tok->token(id) : "[id " + std::to_string(id) + "]";
             std::printf("  %s %.4f", tok.c_str(), p[id]);
         }
@@ -120,10 +128,8 @@ int generate_main(const std::vector<std::string>& argv) {
     for (int k = 0; k < n_new && int(ids.size()) < m.cfg.max_position_embeddings; k++) {
         std::vector<float> logits = logits_of(m, ids, true);
         const float* last = logits.data() + (ids.size() - 1) * V;
-        std::vector<int> order(V);
-        for (int i = 0; i < V; i++) order[i] = i;
-        int K = std::min(top_k, V);
-        std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int x, int y) { return last[x] > last[y]; });
+        std::vector<int> order = top_ids(last, V, top_k);
+        int K = int(order.size());
         // Sample among the top K with temperature (0 = greedy), from a small xorshift generator.
         std::vector<double> w(K);
         double sum = 0;

@@ -18,13 +18,15 @@ struct Fd {   // closes on scope exit, so every early throw releases the descrip
         if (fd >= 0) ::close(fd);
     }
 };
-[[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
+}  // namespace
+
+void fail(const std::string& path, const std::string& what, int err) {
     std::string msg = path + ": " + what + (err ? std::string(": ") + std::strerror(err) : "");
-    for (char& c : msg)   // one line, whatever the path holds
+    if (msg.size() > 1000) msg = msg.substr(0, 1000) + "...";
+    for (char& c : msg)
         if (static_cast<unsigned char>(c) < 0x20) c = ' ';
     throw std::runtime_error(msg);
 }
-}  // namespace
 
 std::string read_file(const std::string& path) {
     Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};

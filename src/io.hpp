@@ -8,6 +8,10 @@
 
 namespace pt {
 
+// Throws std::runtime_error("<path>: <what>[: strerror(err)]"), cut to 1000 characters and with
+// control characters made spaces: one line, whatever the path or a quoted file content holds.
+[[noreturn]] void fail(const std::string& path, const std::string& what, int err = 0);
+
 std::string read_file(const std::string& path);
 // A regular file's bytes, read into a buffer of its size; a FIFO or a directory is an error
 // (not a hang), and so is a file that shrinks while it is read.

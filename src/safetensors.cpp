@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -37,15 +38,6 @@ int dtype_rank(const std::string& dtype) {
     return -1;
 }
 
-// Messages must stay on one line (they may quote JSON keys) and reasonably short.
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-    std::string msg = path + ": " + what;
-    if (msg.size() > 1000) msg = msg.substr(0, 1000) + "...";
-    for (char& c : msg)
-        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    throw std::runtime_error(msg);
-}
-
 std::string shape_str(const std::vector<int64_t>& shape) {
     std::string s = "[";
     for (size_t i = 0; i < shape.size(); i++) s += (i ? "," : "") + std::to_string(shape[i]);
@@ -54,15 +46,14 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 // numel × element size with every product checked, as the reference does: a shape like
 // [2^62, 4] would otherwise wrap to 0 elements and "match" an empty span.
-bool checked_nbytes(const std::vector<int64_t>& shape, uint64_t elem_size, uint64_t* out) {
+std::optional<uint64_t> checked_nbytes(const std::vector<int64_t>& shape, uint64_t elem_size) {
     uint64_t n = 1;
     for (int64_t d : shape) {
-        if (d < 0 || (d != 0 && n > UINT64_MAX / uint64_t(d))) return false;
+        if (d < 0 || (d != 0 && n > UINT64_MAX / uint64_t(d))) return std::nullopt;
         n *= uint64_t(d);
     }
-    if (n != 0 && elem_size > UINT64_MAX / n) return false;
-    *out = n * elem_size;
-    return true;
+    if (n != 0 && elem_size > UINT64_MAX / n) return std::nullopt;
+    return n * elem_size;
 }
 
 bool is_count(const json& v) {  // a JSON integer >= 0 (nlohmann reads "-0" as signed)
@@ -124,13 +115,13 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
         fail(path, who + "data_offsets begin " + std::to_string(t.begin) + " > end " + std::to_string(t.end));
     const size_t elem = dtype_size(t.dtype);
     const std::string span = "span " + std::to_string(t.end - t.begin) + " bytes";
-    uint64_t nbytes = 0;
-    if (!checked_nbytes(t.shape, elem, &nbytes))
+    const std::optional<uint64_t> nbytes = checked_nbytes(t.shape, elem);
+    if (!nbytes)
         fail(path, who + span + " but shape " + shape_str(t.shape) + " x " + std::to_string(elem) + "-byte " + t.dtype +
                        " overflows 64 bits");
-    if (t.end - t.begin != nbytes)
+    if (t.end - t.begin != *nbytes)
         fail(path, who + span + " != shape " + shape_str(t.shape) + " x " + std::to_string(elem) + "-byte " + t.dtype +
-                       " = " + std::to_string(nbytes) + " bytes");
+                       " = " + std::to_string(*nbytes) + " bytes");
     return t;
 }
 
@@ -292,12 +283,12 @@ void Writer::add(const std::string& name, const std::string& dtype, std::vector<
     if (name == "__metadata__") fail(who, "this name is reserved for the metadata");
     const size_t elem = dtype_size(dtype);
     if (elem == 0) fail(who, "unknown dtype '" + dtype + "'");
-    uint64_t nbytes = 0;
-    if (!checked_nbytes(shape, elem, &nbytes))
+    const std::optional<uint64_t> nbytes = checked_nbytes(shape, elem);
+    if (!nbytes)
         fail(who, "bad shape " + shape_str(shape) + " (a negative dimension, or the byte count overflows)");
-    if (nbytes != bytes)
+    if (*nbytes != bytes)
         fail(who, "got " + std::to_string(bytes) + " bytes, expected shape " + shape_str(shape) + " x " +
-                      std::to_string(elem) + " = " + std::to_string(nbytes));
+                      std::to_string(elem) + " = " + std::to_string(*nbytes));
     if (bytes > 0 && data == nullptr) fail(who, "data is null");
     for (const Entry& e : entries_)
         if (e.info.name == name) fail(who, "added twice");
@@ -308,16 +299,14 @@ void Writer::add(const std::string& name, const std::string& dtype, std::vector<
     entries_.push_back(std::move(e));
 }
 
-// A shape whose byte count overflows leaves nbytes 0, and add() reports it.
+// A shape whose byte count overflows passes 0 bytes, and add() reports the shape.
 void Writer::add_f32(const std::string& name, std::vector<int64_t> shape, const float* data) {
-    uint64_t nbytes = 0;
-    checked_nbytes(shape, 4, &nbytes);
+    const uint64_t nbytes = checked_nbytes(shape, 4).value_or(0);
     add(name, "F32", std::move(shape), data, nbytes);
 }
 
 void Writer::add_i64(const std::string& name, std::vector<int64_t> shape, const int64_t* data) {
-    uint64_t nbytes = 0;
-    checked_nbytes(shape, 8, &nbytes);
+    const uint64_t nbytes = checked_nbytes(shape, 8).value_or(0);
     add(name, "I64", std::move(shape), data, nbytes);
 }
 

@@ -61,8 +61,7 @@ struct Writer {
              size_t bytes);
     void add_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
     void add_i64(const std::string& name, std::vector<int64_t> shape, const int64_t* data);
-    // Atomic: writes <path>.tmp.<pid>, fsyncs it, renames it over path, fsyncs the directory.
-    // On failure the temp file is removed and a one-line error is thrown.
+    // Atomic, as write_chunks_atomic (io.hpp): on failure nothing is left but a one-line error.
     void write(const std::string& path) const;
 
   private:

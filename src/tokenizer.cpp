@@ -71,13 +71,12 @@ void append_nfd(std::u32string& out, char32_t c) {
         if (s % kTCount) out += kT + s % kTCount;
         return;
     }
-    const Decomposition* d = find_last(kDecompositions, &Decomposition::cp, c);
-    if (!d || d->cp != c) {
-        out += c;
+    if (const Decomposition* d = find_last(kDecompositions, &Decomposition::cp, c); d && d->cp == c) {
+        for (char32_t t : d->to)
+            if (t) out += t;
         return;
     }
-    for (char32_t t : d->to)
-        if (t) out += t;
+    out += c;
 }
 
 uint8_t combining_class(char32_t c) {
@@ -152,10 +151,6 @@ void append_utf8(std::string& out, char32_t c) {
         out += char(0x80 | ((c >> 6) & 0x3F));
     }
     out += char(0x80 | (c & 0x3F));
-}
-
-size_t count_code_points(const std::string& s) {
-    return std::count_if(s.begin(), s.end(), [](char b) { return (b & 0xC0) != 0x80; });
 }
 
 // ---- BasicTokenizer (steps 1-5 on the text between special tokens) -------------------------
@@ -260,14 +255,14 @@ Tokenizer::Tokenizer(const std::vector<std::string>& vocab_lines, const std::str
 }
 
 void Tokenizer::wordpiece(std::vector<std::string>& out, const std::string& piece) const {
-    if (count_code_points(piece) > kMaxCharsPerWord) {
-        out.emplace_back("[UNK]");
-        return;
-    }
     std::vector<size_t> bounds;  // byte offset of every code point, and the end
     for (size_t i = 0; i <= piece.size(); ++i)
         if (i == piece.size() || (piece[i] & 0xC0) != 0x80) bounds.push_back(i);
-    size_t first = out.size(), start = 0, n = bounds.size() - 1;
+    size_t first = out.size(), start = 0, n = bounds.size() - 1;   // n code points
+    if (n > kMaxCharsPerWord) {
+        out.emplace_back("[UNK]");
+        return;
+    }
     while (start < n) {
         size_t end = n;
         for (; end > start; --end) {

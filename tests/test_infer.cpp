@@ -32,6 +32,17 @@ TEST_CASE("fill-mask: a model trained on one sentence fills its mask") {
     REQUIRE_MESSAGE(f.code == 0, f.out);
     CAPTURE(f.out);
     CHECK(f.out.find("[MASK] 1 (position 5):  很 ") != std::string::npos);   // [CLS] 今 天 天 气 [MASK]
+    // --top above the vocabulary size lists every id once (it used to sort past the array's end).
+    std::ifstream vocab(out + "/vocab.txt");
+    int V = 0;
+    for (std::string line; std::getline(vocab, line);) V++;
+    REQUIRE(V < 100);
+    Run all = run_cli("fill-mask --model " + out + " --top 100 今天天气[MASK]好");
+    REQUIRE_MESSAGE(all.code == 0, all.out);
+    const std::string line = all.out.substr(0, all.out.find('\n'));
+    int listed = 0;   // each candidate is printed as "  <token> <probability>"
+    for (size_t at = line.find("  "); at != std::string::npos; at = line.find("  ", at + 2)) listed++;
+    CHECK(listed == V);
     Run none = run_cli("fill-mask --model " + out + " 今天天气很好");
     CHECK(none.code != 0);
     CHECK(none.out.find("no [MASK]") != std::string::npos);

@@ -1,6 +1,8 @@
 #include "src/args.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace pt {
@@ -38,17 +40,14 @@ std::string Args::required(const std::string& flag) const {
     return it->second;
 }
 
+// strtoll/strtod must read the whole value ("12x" is not 12, "" is not 0) and stay in range.
 long long Args::integer(const std::string& flag, long long fallback, long long min, long long max) const {
     auto it = values_.find(flag);
     if (it == values_.end()) return fallback;
-    size_t used = 0;
-    long long v = 0;
-    try {
-        v = std::stoll(it->second, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != it->second.size() || it->second.empty())
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || errno == ERANGE)
         throw std::runtime_error(flag + ": expected an integer, got \"" + it->second + "\"");
     if (v < min || v > max)
         throw std::runtime_error(flag + ": must be between " + std::to_string(min) + " and " + std::to_string(max) +
@@ -59,14 +58,10 @@ long long Args::integer(const std::string& flag, long long fallback, long long m
 double Args::real(const std::string& flag, double fallback) const {
     auto it = values_.find(flag);
     if (it == values_.end()) return fallback;
-    size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(it->second, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != it->second.size() || it->second.empty() || !std::isfinite(v))
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
         throw std::runtime_error(flag + ": expected a number, got \"" + it->second + "\"");
     return v;
 }

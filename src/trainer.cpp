@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "src/args.hpp"
 #include "src/checkpoint.hpp"
 #include "src/comm.hpp"
+#include "src/data.hpp"
 #include "src/device.hpp"
 #ifdef PIPETRAIN_NCCL
 #include "src/nccl_comm.hpp"
@@ -91,7 +93,6 @@ Setup make_setup(const Args& a, bool training) {
         s.vocab = load_vocab_lines(s.model_dir, s.cfg);
         if (!s.vocab.empty()) tok = std::make_unique<Tokenizer>(s.vocab, s.model_dir + "/vocab.txt");
         else if (has_data) throw std::runtime_error(s.model_dir + "/vocab.txt: missing (needed to tokenize --data)");
-        else s.vocab = placeholder_vocab(s.cfg.vocab_size);
     } else {
         if (!training) throw std::runtime_error("--model: required");
         s.cfg = ModelConfig::preset(a.str("--preset", "tiny"));
@@ -101,10 +102,9 @@ Setup make_setup(const Args& a, bool training) {
             s.vocab = build_vocab(read_lines(a.str("--data")), size_t(max_vocab));
             tok = std::make_unique<Tokenizer>(s.vocab, a.str("--data") + " (built vocab)");
             s.cfg.vocab_size = int(s.vocab.size());
-        } else {
-            s.vocab = placeholder_vocab(s.cfg.vocab_size);
         }
     }
+    if (s.vocab.empty()) s.vocab = placeholder_vocab(s.cfg.vocab_size);
     bool classify = a.str("--task", s.cfg.num_labels > 0 ? "classify" : "lm") == "classify";
     if (a.has("--task") && a.str("--task") != "classify" && a.str("--task") != "lm")
         throw std::runtime_error("--task: expected lm or classify, got \"" + a.str("--task") + "\"");
@@ -127,26 +127,25 @@ Setup make_setup(const Args& a, bool training) {
                                  std::to_string(s.cfg.max_position_embeddings));
 
     const int eval_rows = 8;   // fixed, so that eval after training and eval of the saved model agree
+    std::string eval_path = a.str(has_data ? "--data" : "--inputs");
+    if (has_data) s.special = special_ids(*tok);
     if (classify) {
-        s.special = special_ids(*tok);
         s.examples = load_tsv(a.str("--data"), *tok, s.T, s.cfg.num_labels);
-        std::string eval_path = a.str("--eval", training ? "" : a.str("--data"));
-        // Without --eval, training reports the accuracy on its own training set.
-        s.eval = make_classify_eval_batches(eval_path.empty() ? s.examples : load_tsv(eval_path, *tok, s.T, s.cfg.num_labels),
-                                            eval_rows, s.special.pad);
-        for (const Batch& b : s.eval) check_batch(b, s.cfg, eval_path.empty() ? a.str("--data") : eval_path);
+        // Without --eval, the accuracy is measured on the training set itself.
+        eval_path = a.str("--eval", eval_path);
+        s.eval = make_classify_eval_batches(
+            eval_path == a.str("--data") ? s.examples : load_tsv(eval_path, *tok, s.T, s.cfg.num_labels), eval_rows,
+            s.special.pad);
     } else if (has_data) {
-        s.special = special_ids(*tok);
         Corpus c = load_corpus(a.str("--data"), *tok, s.T);
         s.train = std::move(c.train);
         s.eval = make_eval_batches(c.eval, eval_rows, s.objective, s.special, s.seed);
-        for (const Batch& b : s.eval) check_batch(b, s.cfg, a.str("--data"));
     } else {
         s.fixed = load_inputs(a.str("--inputs"), s.objective);
-        check_batch(s.fixed, s.cfg, a.str("--inputs"));
         s.T = s.fixed.T;
         s.eval = {s.fixed};
     }
+    for (const Batch& b : s.eval) check_batch(b, s.cfg, eval_path);
     return s;
 }
 
@@ -174,6 +173,97 @@ std::vector<std::vector<std::vector<int>>> split_layers(const std::vector<double
         for (int l = bounds[s]; l < bounds[s + 1]; l++) out[s % P][s / P].push_back(l);
     return out;
 }
+
+// Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
+// backward on one micro-batch of B×T) or "uniform".
+std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {}) {
+    int L = num_model_layers(cfg);
+    std::vector<double> costs(L, 1.0);
+    if (by == "uniform") return costs;
+    if (by == "params") {
+        for (int i = 0; i < L; i++) costs[i] = double(make_layer(cfg, i)->params.size());
+        return costs;
+    }
+    if (by != "time") throw std::runtime_error("--partition/--by: expected time, params or uniform, got \"" + by + "\"");
+    // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
+    // device the run will use.
+    Device caller = current_device();
+    set_device(device);
+    Batch b = synthetic_batch(cfg, B, T);
+    MicroBatch mb = b.rows(0, B);
+    mb.loss_scale = 1.0f / float(b.num_targets());
+    Array<int32_t> ids, types, mask;
+    ids.assign(b.input_ids), types.assign(b.token_type_ids), mask.assign(b.attention_mask);
+    mb.dev = {ids.data(), types.data(), nullptr, mask.data()};
+    RunOptions opt;
+    size_t NC = size_t(B) * T * cfg.hidden_size;
+    Buf x, dx(NC), dout;
+    x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
+    for (int i = 0; i < L; i++) {
+        auto l = make_layer(cfg, i);
+        l->init(1, 0.02f);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            auto t0 = Clock::now();
+            Buf out(l->out_numel(B, T));
+            auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
+            l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
+            l->backward_weight(*s, mb, opt);
+            synchronize();
+            best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        costs[i] = best;
+    }
+    set_device(caller);
+    return costs;
+}
+
+// ---- evaluation -----------------------------------------------------------------------------
+
+struct EvalResult {
+    double loss_sum = 0;
+    int64_t targets = 0, correct = 0;   // correct: argmax predictions equal to the target
+    double loss() const { return targets ? loss_sum / double(targets) : 0.0; }
+    double accuracy() const { return targets ? double(correct) / double(targets) : 0.0; }
+    std::string summary(bool classifier) const {   // as `pipetrain eval` prints it
+        char buf[512];   // ppl %.3f of a diverged loss can take 300 digits
+        if (classifier)
+            std::snprintf(buf, sizeof buf, "eval loss %.9g accuracy %.4f (%lld/%lld)", loss(), accuracy(),
+                          (long long)correct, (long long)targets);
+        else
+            std::snprintf(buf, sizeof buf, "eval loss %.9g ppl %.3f (%lld targets)", loss(), std::exp(loss()),
+                          (long long)targets);
+        return buf;
+    }
+};
+
+// Forward only (no dropout) through `layers` in model order, batch by batch.
+EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>& batches, bool causal) {
+    EvalResult r;
+    RunOptions opt;
+    opt.train = false, opt.causal = causal;
+    for (const Batch& b : batches) {
+        MicroBatch mb = b.rows(0, b.B);
+        std::vector<float> act, next;
+        for (Layer* l : layers) {
+            next.assign(l->out_numel(mb.B, mb.T), 0.0f);
+            std::unique_ptr<Stash> s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
+            if (auto* hs = dynamic_cast<HeadStash*>(s.get())) {
+                r.loss_sum += hs->loss_sum, r.targets += hs->num_targets;
+                size_t n = hs->rows.size(), L = n ? hs->logits.size() / n : 0;
+                for (size_t i = 0; i < n; i++) {   // accuracy: argmax of each row against its target
+                    if (hs->targets[i] == kIgnore) continue;
+                    const float* row = hs->logits.data() + i * L;
+                    r.correct += int64_t(std::max_element(row, row + L) - row) == hs->targets[i];
+                }
+            }
+            act.swap(next);
+        }
+    }
+    return r;
+}
+
+// ---- training -------------------------------------------------------------------------------
 
 std::string human_bytes(double b) {
     char buf[32];
@@ -209,7 +299,7 @@ struct Optimizer {   // AdamW moments, one flat buffer per layer like the parame
     }
 };
 
-// Runs the steps for one rank (one thread). Everything shared is passed in `World`.
+// What the rank threads share; run_rank runs the steps of one of them.
 struct World {
     const Setup* setup = nullptr;
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
@@ -286,7 +376,13 @@ void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
         throw std::runtime_error("tied word embedding copies differ after the optimizer step");
 }
 
-std::vector<Layer*> replica_layers(World& w);
+std::vector<Layer*> replica_layers(World& w) {   // replica 0, model order
+    std::vector<Layer*> all;
+    for (int i = 0; i < num_model_layers(w.setup->cfg); i++)
+        for (int r = 0; r < w.P; r++)
+            if (Layer* l = w.stages[r]->layer(i)) all.push_back(l);
+    return all;
+}
 
 // OUT/checkpoint-<step>/: the model directory, the AdamW moments (optimizer.safetensors, under
 // "<parameter>.exp_avg" / ".exp_avg_sq") and trainer_state.json, written into a temporary
@@ -365,19 +461,19 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     int p = rank % w.P, d = rank / w.P;
     ops::set_num_threads(w.threads);
     TransformerStage& stage = *w.stages[rank];
+    Optimizer& opt = w.optim[rank];
     // Weights and moments were made on the host; they move to this rank's device for the run,
     // and to the host for a checkpoint or an evaluation (a no-op on the CPU).
     Device mine = device_of_rank(w, rank);
     set_device(mine, rank);
     stage.to(mine);
-    w.optim[rank].to(mine);
+    opt.to(mine);
     std::vector<int> pp_group, dp_group;
     for (int i = 0; i < w.P; i++) pp_group.push_back(d * w.P + i);
     for (int i = 0; i < w.D; i++) dp_group.push_back(i * w.P + p);
     std::vector<int> everyone(w.P * w.D);
-    for (int i = 0; i < w.P * w.D; i++) everyone[i] = i;
+    std::iota(everyone.begin(), everyone.end(), 0);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, p, pp_group);
-    Optimizer& opt = w.optim[rank];
     int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
     int n_slots = num_model_layers(s.cfg) * kSlotsPerLayer;
     for (Layer* l : stage.layers())
@@ -445,7 +541,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         }
         bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
         bool save_now = w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps);
-        if (eval_now || save_now) stage.to(Device{}), w.optim[rank].to(Device{});
+        if (eval_now || save_now) stage.to(Device{}), opt.to(Device{});
         synchronize();
         comm.barrier();
         if (rank == 0) {
@@ -473,89 +569,12 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             set_device(mine, rank);
         }
         comm.barrier();
-        if (eval_now || save_now) stage.to(mine), w.optim[rank].to(mine);
+        if (eval_now || save_now) stage.to(mine), opt.to(mine);
     }
     stage.to(Device{});   // the caller saves and evaluates on the host
 }
 
-std::vector<Layer*> replica_layers(World& w) {   // replica 0, model order
-    std::vector<Layer*> all;
-    for (int i = 0; i < num_model_layers(w.setup->cfg); i++)
-        for (int r = 0; r < w.P; r++)
-            if (Layer* l = w.stages[r]->layer(i)) all.push_back(l);
-    return all;
-}
-
 }  // namespace
-
-// ---- evaluation -----------------------------------------------------------------------------
-
-EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>& batches, bool causal) {
-    EvalResult r;
-    RunOptions opt;
-    opt.train = false, opt.causal = causal;
-    for (const Batch& b : batches) {
-        MicroBatch mb = b.rows(0, b.B);
-        std::vector<float> act, next;
-        for (Layer* l : layers) {
-            next.assign(l->out_numel(mb.B, mb.T), 0.0f);
-            std::unique_ptr<Stash> s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
-            if (auto* hs = dynamic_cast<HeadStash*>(s.get())) {
-                r.loss_sum += hs->loss_sum, r.targets += hs->num_targets;
-                size_t n = hs->rows.size(), L = n ? hs->logits.size() / n : 0;
-                for (size_t i = 0; i < n; i++) {   // accuracy: argmax of each row against its target
-                    if (hs->targets[i] == kIgnore) continue;
-                    const float* row = hs->logits.data() + i * L;
-                    r.correct += int64_t(std::max_element(row, row + L) - row) == hs->targets[i];
-                }
-            }
-            act.swap(next);
-        }
-    }
-    return r;
-}
-
-std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device) {
-    int L = num_model_layers(cfg);
-    std::vector<double> costs(L, 1.0);
-    if (by == "uniform") return costs;
-    if (by == "params") {
-        for (int i = 0; i < L; i++) costs[i] = double(make_layer(cfg, i)->params.size());
-        return costs;
-    }
-    if (by != "time") throw std::runtime_error("--partition/--by: expected time, params or uniform, got \"" + by + "\"");
-    // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
-    // device the run will use.
-    Device caller = current_device();
-    set_device(device);
-    Batch b = synthetic_batch(cfg, B, T);
-    MicroBatch mb = b.rows(0, B);
-    mb.loss_scale = 1.0f / float(b.num_targets());
-    Array<int32_t> ids, types, mask;
-    ids.assign(b.input_ids), types.assign(b.token_type_ids), mask.assign(b.attention_mask);
-    mb.dev = {ids.data(), types.data(), nullptr, mask.data()};
-    RunOptions opt;
-    size_t NC = size_t(B) * T * cfg.hidden_size;
-    Buf x, dx(NC), dout;
-    x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
-    for (int i = 0; i < L; i++) {
-        auto l = make_layer(cfg, i);
-        l->init(1, 0.02f);
-        double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            auto t0 = Clock::now();
-            Buf out(l->out_numel(B, T));
-            auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
-            l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
-            l->backward_weight(*s, mb, opt);
-            synchronize();
-            best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-        }
-        costs[i] = best;
-    }
-    set_device(caller);
-    return costs;
-}
 
 // ---- pipetrain train ------------------------------------------------------------------------
 
@@ -568,10 +587,10 @@ int train_main(const std::vector<std::string>& argv) {
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
-    std::string out = a.required("--out");
-    std::string save_format = a.str("--save-format", "hf");
-    if (save_format != "hf" && save_format != "paddle")
-        throw std::runtime_error("--save-format: expected hf or paddle, got \"" + save_format + "\"");
+    w.out = a.required("--out");
+    w.save_format = a.str("--save-format", "hf");
+    if (w.save_format != "hf" && w.save_format != "paddle")
+        throw std::runtime_error("--save-format: expected hf or paddle, got \"" + w.save_format + "\"");
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
@@ -605,22 +624,21 @@ int train_main(const std::vector<std::string>& argv) {
     RunOptions opt;
     opt.train = true, opt.causal = s.objective == Objective::causal, opt.seed = s.seed, opt.bf16 = dtype == "bf16";
     opt.hidden_dropout = s.cfg.hidden_dropout_prob, opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
-    for (int d = 0; d < w.D; d++)
-        for (int p = 0; p < w.P; p++) w.stages.push_back(std::make_unique<TransformerStage>(s.cfg, split[p], recompute, opt));
     for (int d = 0; d < w.D; d++) {
-        std::vector<Layer*> layers;
-        for (int p = 0; p < w.P; p++)
-            for (Layer* l : w.stages[d * w.P + p]->layers()) layers.push_back(l);
+        std::vector<Layer*> layers;   // replica d
+        for (int p = 0; p < w.P; p++) {
+            w.stages.push_back(std::make_unique<TransformerStage>(s.cfg, split[p], recompute, opt));
+            Optimizer& o = w.optim.emplace_back();
+            for (Layer* l : w.stages.back()->layers()) {
+                layers.push_back(l);
+                o.m.emplace_back(l->params.size()), o.v.emplace_back(l->params.size());
+            }
+        }
         if (s.model_dir.empty()) {
             for (Layer* l : layers) l->init(s.seed, 0.02f);
         } else {
             load_weights(s.model_dir, layers);
         }
-    }
-    for (auto& st : w.stages) {
-        Optimizer o;
-        for (Layer* l : st->layers()) o.m.emplace_back(l->params.size()), o.v.emplace_back(l->params.size());
-        w.optim.push_back(std::move(o));
     }
     int R = w.P * w.D;
     // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
@@ -638,7 +656,6 @@ int train_main(const std::vector<std::string>& argv) {
         throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(R) +
                                  " ranks, " + std::to_string(w.gpus) + " GPUs)");
     w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
-    w.out = out, w.save_format = save_format;
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
     w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", a.str("--objective", "mlm")},
@@ -646,8 +663,8 @@ int train_main(const std::vector<std::string>& argv) {
     if (a.has("--resume")) load_resume_state(w, a.str("--resume"));
     if (w.save_every > 0) {
         std::error_code ec;
-        std::filesystem::create_directories(out, ec);
-        if (ec) throw std::runtime_error("--out: cannot create " + out + " (" + ec.message() + ")");
+        std::filesystem::create_directories(w.out, ec);
+        if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
     }
 
     int64_t n_params = 0;
@@ -699,7 +716,7 @@ int train_main(const std::vector<std::string>& argv) {
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
     std::vector<Layer*> layers = replica_layers(w);
-    save_model_dir(out, s.cfg, s.vocab, layers, save_format);
+    save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
     if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);
     if (a.has("--trace")) {
         std::vector<pp::Event> all;
@@ -711,13 +728,8 @@ int train_main(const std::vector<std::string>& argv) {
     for (int p = 0; p < w.P; p++) std::printf(" %zu", w.stages[p]->peak_stash_bytes());
     std::printf("\n");
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
-    if (s.cfg.num_labels > 0)
-        std::printf("done: %d steps in %.1fs | final loss %.7g | eval loss %.9g accuracy %.4f (%lld/%lld) | saved %s\n",
-                    w.steps, secs, w.last_loss, ev.loss(), ev.accuracy(), (long long)ev.correct, (long long)ev.targets,
-                    out.c_str());
-    else
-        std::printf("done: %d steps in %.1fs | final loss %.7g | eval loss %.9g ppl %.3f (%lld targets) | saved %s\n",
-                    w.steps, secs, w.last_loss, ev.loss(), std::exp(ev.loss()), (long long)ev.targets, out.c_str());
+    std::printf("done: %d steps in %.1fs | final loss %.7g | %s | saved %s\n", w.steps, secs, w.last_loss,
+                ev.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
     return 0;
 }
 
@@ -733,11 +745,7 @@ int eval_main(const std::vector<std::string>& argv) {
     for (int i = 0; i < num_model_layers(s.cfg); i++) owned.push_back(make_layer(s.cfg, i)), layers.push_back(owned.back().get());
     load_weights(s.model_dir, layers);
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
-    if (s.cfg.num_labels > 0)
-        std::printf("eval loss %.9g accuracy %.4f (%lld/%lld)\n", ev.loss(), ev.accuracy(), (long long)ev.correct,
-                    (long long)ev.targets);
-    else
-        std::printf("eval loss %.9g ppl %.3f (%lld targets)\n", ev.loss(), std::exp(ev.loss()), (long long)ev.targets);
+    std::printf("%s\n", ev.summary(s.cfg.num_labels > 0).c_str());
     if (a.has("--dump-logits")) {
         // The tensors of the fixtures' expected.safetensors, for the first eval batch:
         // hidden_states.i (embedding output, then each block), last_hidden_state, pooled_output,

@@ -27,6 +27,20 @@ inline void axpy(float* y, float a, const float* x, int n) {  // y += a * x
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+// xt (HS, T) = the head's rows x_j (T rows of HS channels, C apart), transposed.
+void transpose_head(float* xt, const float* x, int T, int HS, int C) {
+    for (int j = 0; j < T; j++)
+        for (int d = 0; d < HS; d++) xt[(size_t)d * T + j] = x[(size_t)j * C + d];
+}
+
+// out[j] = a . x_j for j < T, with xt (HS, T) from transpose_head: HS axpys over j, which the
+// compiler vectorises, where T separate dot products would each be a chain of dependent adds.
+// Each out[j] still sums d = 0, 1, ... HS-1 in order from 0: dot()'s bits.
+void dots(float* out, const float* a, const float* xt, int T, int HS) {
+    std::fill(out, out + T, 0.0f);
+    for (int d = 0; d < HS; d++) axpy(out, a[d], xt + (size_t)d * T, T);
+}
+
 // Dropout on the probabilities of query i: z[j] = 1/(1-p) (kept) or 0 (dropped), all 1 without
 // dropout. Element (b, h, i, j) has the index of its place in att (B, NH, T, T), as in
 // dropout_forward; a whole row is drawn at once (philox_uniforms is vectorised).
@@ -53,19 +67,20 @@ void forward(float* out, float* att, float* lse,
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> scratch(att ? 0 : T), z(T);  // (T) each
+        std::vector<float> scratch(att ? 0 : T), z(T), kt((size_t)HS * T);  // (T), (T), (HS, T)
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
+            transpose_head(kt.data(), k + base, T, HS, C);
             for (int i = 0; i < T; i++) {
                 const float* qi = q + base + (size_t)i * C;  // (HS)
                 float* oi = out + base + (size_t)i * C;      // (HS)
                 float* arow = att ? att + ((size_t)bh * T + i) * T : scratch.data();  // (T)
                 // Scores of the visible keys; masked keys get exactly zero probability.
+                dots(arow, qi, kt.data(), T, HS);
                 float maxv = -INFINITY;
                 for (int j = 0; j < T; j++) {
-                    arow[j] = visible(mask, causal, b, i, j, T) ? dot(qi, k + base + (size_t)j * C, HS) * scale
-                                                                : -INFINITY;
+                    arow[j] = visible(mask, causal, b, i, j, T) ? arow[j] * scale : -INFINITY;
                     if (arow[j] > maxv) maxv = arow[j];
                 }
                 for (int c = 0; c < HS; c++) oi[c] = 0.0f;
@@ -164,7 +179,7 @@ void attention_forward_flash(float* out, float* lse,
 // Query by query: every visible pair (i, j) recomputes its score as the forward did, then
 // P_ij = exp(score - lse_i), and adds its share of dq_i, dk_j and dv_j. dk and dv collect in a
 // (T, HS) scratch per (b, h), summed over i in increasing order, then added once. A query's
-// rows of P and dP are computed first, in loops of independent dot products the CPU overlaps.
+// rows of scores and dP are computed first, vectorised over keys (dots).
 void attention_backward_flash(float* dq, float* dk, float* dv,
                               const float* dout, const float* out, const float* lse,
                               const float* q, const float* k, const float* v, const int32_t* mask,
@@ -177,11 +192,14 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
         std::vector<float> dqi(HS), P(T), Z(T), dP(T);                // (HS), then (T) each
         std::vector<float> dkb((size_t)T * HS), dvb((size_t)T * HS);  // (T, HS) each
+        std::vector<float> kt((size_t)HS * T), vt((size_t)HS * T);    // (HS, T) each
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
             std::fill(dkb.begin(), dkb.end(), 0.0f);
             std::fill(dvb.begin(), dvb.end(), 0.0f);
+            transpose_head(kt.data(), k + base, T, HS, C);
+            transpose_head(vt.data(), v + base, T, HS, C);
             for (int i = 0; i < T; i++) {
                 const float* qi = q + base + (size_t)i * C;    // (HS)
                 const float* doi = dout + base + (size_t)i * C;
@@ -190,14 +208,12 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
                 const float D_i = dot(doi, out + base + (size_t)i * C, HS);
                 std::fill(dqi.begin(), dqi.end(), 0.0f);
                 keep_row(Z.data(), p, s, key, bh, i, T);
+                dots(P.data(), qi, kt.data(), T, HS);
+                dots(dP.data(), doi, vt.data(), T, HS);
                 for (int j = 0; j < T; j++) {
                     if (!visible(mask, causal, b, i, j, T)) continue;
-                    P[j] = dot(qi, k + base + (size_t)j * C, HS) * scale - lse_i;
-                    dP[j] = Z[j] * dot(doi, v + base + (size_t)j * C, HS);
-                }
-                for (int j = 0; j < T; j++) {
-                    if (!visible(mask, causal, b, i, j, T)) continue;
-                    P[j] = std::exp(P[j]);
+                    P[j] = std::exp(P[j] * scale - lse_i);
+                    dP[j] = Z[j] * dP[j];
                     const float ds = P[j] * (dP[j] - D_i) * scale;
                     if (dv) axpy(&dvb[(size_t)j * HS], P[j] * Z[j], doi, HS);
                     if (dq) axpy(dqi.data(), ds, k + base + (size_t)j * C, HS);

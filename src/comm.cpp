@@ -149,8 +149,11 @@ void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn) {
             try {
                 fn(r);
             } catch (const std::exception& e) {
-                errors[r] = e.what();
-                world.abort(e.what());  // no-op if someone (the failing rank) aborted first
+                // An error outside a pipeline step (weights moving to a GPU, the optimizer, a
+                // checkpoint) does not say where it happened yet.
+                const std::string what = e.what();
+                errors[r] = what.rfind("rank ", 0) == 0 ? what : "rank " + std::to_string(r) + ": " + what;
+                world.abort(errors[r]);  // no-op if someone (the failing rank) aborted first
             } catch (...) {
                 errors[r] = "unknown exception";
                 world.abort("rank " + std::to_string(r) + ": unknown exception");

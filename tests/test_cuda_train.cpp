@@ -11,6 +11,9 @@
 
 #include "src/device.hpp"
 #include "tests/cli_util.hpp"
+#ifdef PIPETRAIN_NCCL
+#include "src/nccl_comm.hpp"
+#endif
 
 using namespace test;
 
@@ -74,6 +77,39 @@ TEST_CASE("a head size above 128 on a GPU is a one-line error, not a wrong resul
     CHECK(error.find('\n') == std::string::npos);
     pt::set_device(pt::Device{});
 }
+
+#ifdef PIPETRAIN_NCCL
+// ncclCommInitRank waits, with no timeout, for every member of a new communicator: a rank that
+// dies before its first all-reduce would leave the others there forever. They meet on the host
+// first, where the abort reaches them.
+TEST_CASE("NCCL: a rank that fails before its first all-reduce aborts the others, named") {
+    if (pt::cuda_device_count() < 2) {
+        MESSAGE("skipped: needs two GPUs");
+        return;
+    }
+    pp::NcclWorld world({0, 1}, 30.0);
+    std::string reason, rank0_error;
+    try {
+        pp::run_ranks(world.host(), [&](int rank) {
+            pt::set_device(pt::Device{true, rank});
+            pp::NcclComm comm(world, rank);
+            if (rank == 1) throw std::runtime_error("injected failure");
+            pt::Buf grads(16);
+            try {
+                comm.allreduce_sum(grads.data(), grads.size(), {0, 1});
+            } catch (const std::exception& e) {
+                rank0_error = e.what();
+                throw;
+            }
+        });
+    } catch (const std::exception& e) {
+        reason = e.what();
+    }
+    CHECK(reason == "rank 1: injected failure");
+    CHECK(rank0_error.find("aborted: rank 1: injected failure") != std::string::npos);
+    pt::set_device(pt::Device{});
+}
+#endif
 
 int main(int argc, char** argv) {
     if (pt::cuda_device_count() == 0) {

@@ -7,6 +7,7 @@
 //   EMU_ORDER=fwd|rev|rand[:seed]  order of the threads of a block (every round) and of blocks
 //   EMU_EAGER=1                    run stream work when it is issued instead of lazily
 //   EMU_TRACE=1                    print every launch and copy
+//   EMU_OOM_GPU=N                  device N is full: every allocation on it fails (fault injection)
 #include <cuda_runtime.h>
 #include <execinfo.h>
 #include <nccl.h>
@@ -79,6 +80,7 @@ struct Lock {
 };
 const bool g_lazy = !env("EMU_EAGER"), g_trace = env("EMU_TRACE");
 const int g_gpus = getenv("EMU_GPUS") ? atoi(getenv("EMU_GPUS")) : 1;
+const int g_oom_gpu = getenv("EMU_OOM_GPU") ? atoi(getenv("EMU_OOM_GPU")) : -1;
 thread_local int t_dev = 0;
 thread_local cudaError_t t_err = cudaSuccess;
 
@@ -608,7 +610,7 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
     if (resolve(s)->device != t_dev)
         return fail(cudaErrorInvalidResourceHandle, "cudaMallocAsync on " + stream_name(resolve(s)) +
                                                         " while the current device is cuda:" + std::to_string(t_dev));
-    Alloc* x = bytes ? new_alloc(bytes, resolve(s)->device) : nullptr;
+    Alloc* x = bytes && resolve(s)->device != g_oom_gpu ? new_alloc(bytes, resolve(s)->device) : nullptr;
     if (bytes && !x) return fail(cudaErrorMemoryAllocation, "cudaMallocAsync(" + std::to_string(bytes) + ")");
     if (x) *p = x->p;
     return cudaSuccess;

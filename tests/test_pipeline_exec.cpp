@@ -240,6 +240,15 @@ TEST_CASE("ThreadComm: timeouts, tag checks, abort") {
                       }),
                       "rank 0: first");
     CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+
+    // An error that does not say where it happened (outside a pipeline step) gets its rank.
+    ThreadWorld world4(3, 30.0);
+    CHECK_THROWS_WITH(run_ranks(world4, [&](int r) {
+                          ThreadComm comm(world4, r);
+                          if (r == 2) throw std::runtime_error("out of memory");
+                          comm.barrier();
+                      }),
+                      "rank 2: out of memory");
 }
 
 TEST_CASE("allreduce sums in the order of ranks, identical bits everywhere") {

@@ -37,18 +37,28 @@ PT_HOST_DEVICE inline void block(uint32_t c[4], uint32_t k0, uint32_t k1) {
 
 PT_HOST_DEVICE inline float to_uniform(uint32_t word) { return (float)(word >> 8) * (1.0f / 16777216.0f); }
 
-// u[w] = uniform of element 4 * b + w, w < 4: the four words of Philox block b.
-PT_HOST_DEVICE inline void uniforms4(float u[4], const DropoutKey& key, uint64_t b) {
-    uint32_t c[4] = {(uint32_t)b, (uint32_t)(b >> 32) ^ (key.layer << 8 | key.site), key.microbatch, key.step};
+// The four words of Philox block b under `key`: element i uses word i % 4 of block i / 4.
+PT_HOST_DEVICE inline void words(uint32_t c[4], const DropoutKey& key, uint64_t b) {
+    c[0] = (uint32_t)b;
+    c[1] = (uint32_t)(b >> 32) ^ (key.layer << 8 | key.site);
+    c[2] = key.microbatch;
+    c[3] = key.step;
     block(c, (uint32_t)key.seed, (uint32_t)(key.seed >> 32));
+}
+
+// u[w] = uniform of element 4 * b + w, w < 4.
+PT_HOST_DEVICE inline void uniforms4(float u[4], const DropoutKey& key, uint64_t b) {
+    uint32_t c[4];
+    words(c, key, b);
     for (int w = 0; w < 4; w++) u[w] = to_uniform(c[w]);
 }
 
-// Uniform in [0, 1) of element i, exactly as ops::philox_uniform.
+// Uniform in [0, 1) of element i, exactly as ops::philox_uniform. The word is selected, not
+// indexed with c[i & 3]: a run-time index would put c in (slow) local memory on a GPU.
 PT_HOST_DEVICE inline float uniform(const DropoutKey& key, uint64_t i) {
-    float u[4];
-    uniforms4(u, key, i >> 2);
-    return u[i & 3];
+    uint32_t c[4];
+    words(c, key, i >> 2);
+    return to_uniform(i & 2 ? (i & 1 ? c[3] : c[2]) : (i & 1 ? c[1] : c[0]));
 }
 
 }  // namespace philox

@@ -185,6 +185,27 @@ __global__ void dkdv_kernel(float* dk, float* dv, const float* dS, const float* 
 // running max m and sum l, rescales its output, and adds the tile's p_j v_j with lane l owning
 // channels l, l+32, ... HSP is HS rounded up to 32, 64 or 128 (zero-padded channels).
 constexpr int kFlashKeys = 32, kFlashQueries = 8;
+// Rows that lanes read one each (lane l: row l) are padded by 4 floats: a quarter-warp's 16-byte
+// loads then fall in 8 distinct groups of 4 banks, and every row stays 16-byte aligned.
+constexpr int kPad = 4;
+
+// a . b over HSP channels (both rows in shared memory, 16-byte aligned), four channels per load,
+// summed in order d = 0, 1, ...: a broadcast row and a per-lane row cost 5 shared-memory
+// wavefronts per 4 FMAs instead of 8. Every score of the forward and backward is formed here,
+// so the backward's probabilities are the forward's.
+template <int HSP>
+__device__ inline float dot_rows(const float* a, const float* b) {
+    float sum = 0.0f;
+    for (int d = 0; d < HSP; d += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(a + d);
+        const float4 y = *reinterpret_cast<const float4*>(b + d);
+        sum += x.x * y.x;
+        sum += x.y * y.y;
+        sum += x.z * y.z;
+        sum += x.w * y.w;
+    }
+    return sum;
+}
 
 // Keys and values j0 .. j0+31 of head h into shared tiles, zero past T and past HS. KS and VS
 // are the tile types (rows padded or not), the whole block takes part.
@@ -206,8 +227,8 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
                      const int32_t* mask, bool causal, float p, float s, DropoutKey key,
                      int T, int NH, int HS, float scale) {
     constexpr int R = HSP / 32;  // channels per lane
-    __shared__ float qs[kFlashQueries][HSP];
-    __shared__ float ks[kFlashKeys][HSP + 1];  // +1: lanes read different rows, distinct banks
+    __shared__ __align__(16) float qs[kFlashQueries][HSP];
+    __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad];  // lane l reads row l
     __shared__ float vs[kFlashKeys][HSP];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
@@ -226,9 +247,7 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
         const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);
         float score = -INFINITY;
         if (vis) {
-            float dot = 0.0f;
-            for (int d = 0; d < HSP; d++) dot += qs[warp][d] * ks[lane][d];
-            score = dot * scale;
+            score = dot_rows<HSP>(qs[warp], ks[lane]) * scale;
         }
         const float tile_max = warp_max(score);
         if (tile_max == -INFINITY) continue;  // this query sees no key of this tile
@@ -277,9 +296,7 @@ template <int HSP>
 __device__ inline void flash_pair(float& w, float& ds, const float* qi, const float* kj, const float* doi,
                                   const float* vj, float lse_i, float D_i, float scale, float p, float s,
                                   const DropoutKey& key, int bh, int i, int j, int T) {
-    float qk = 0.0f, dov = 0.0f;
-    for (int d = 0; d < HSP; d++) qk += qi[d] * kj[d];
-    for (int d = 0; d < HSP; d++) dov += doi[d] * vj[d];
+    const float qk = dot_rows<HSP>(qi, kj), dov = dot_rows<HSP>(doi, vj);
     const float P = expf(qk * scale - lse_i);
     const float z = keep_factor(p, s, key, bh, i, j, T);
     w = P * z;
@@ -296,8 +313,8 @@ flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, con
                   const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
                   float p, float s, DropoutKey key, int T, int NH, int HS, float scale) {
     constexpr int R = HSP / 32;
-    __shared__ float kw[kFlashQueries][HSP], vw[kFlashQueries][HSP];  // each warp's key and value
-    __shared__ float qs[kFlashKeys][HSP + 1], dos[kFlashKeys][HSP + 1];  // +1: lane l reads row l
+    __shared__ __align__(16) float kw[kFlashQueries][HSP], vw[kFlashQueries][HSP];  // each warp's key and value
+    __shared__ __align__(16) float qs[kFlashKeys][HSP + kPad], dos[kFlashKeys][HSP + kPad];  // lane l: row l
     __shared__ float lse_s[kFlashKeys], D_s[kFlashKeys];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
@@ -356,8 +373,8 @@ flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, 
                 const float* k, const float* v, const int32_t* mask, bool causal, float p, float s,
                 DropoutKey key, int T, int NH, int HS, float scale) {
     constexpr int R = HSP / 32;
-    __shared__ float qw[kFlashQueries][HSP], dow[kFlashQueries][HSP];  // each warp's q_i and do_i
-    __shared__ float ks[kFlashKeys][HSP + 1], vs[kFlashKeys][HSP + 1];
+    __shared__ __align__(16) float qw[kFlashQueries][HSP], dow[kFlashQueries][HSP];  // each warp's q_i and do_i
+    __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad], vs[kFlashKeys][HSP + kPad];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
     const int i0 = blockIdx.x * kFlashQueries, i = i0 + warp;

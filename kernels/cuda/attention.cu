@@ -179,12 +179,10 @@ __global__ void dkdv_kernel(float* dk, float* dv, const float* dS, const float* 
     }
 }
 
-// ---- v2: flash-style forward ----
-// A block holds 8 queries (one per warp) of one (b, h). Tiles of 32 keys (one per lane) and
-// their values are staged in shared memory; lane l scores key j0 + l, the warp updates its
-// running max m and sum l, rescales its output, and adds the tile's p_j v_j with lane l owning
-// channels l, l+32, ... HSP is HS rounded up to 32, 64 or 128 (zero-padded channels).
-constexpr int kFlashKeys = 32, kFlashQueries = 8;
+// ---- v2: flash-style ----
+// Tiles of 32 keys (one per lane) and their values are staged in shared memory. HSP is HS
+// rounded up to 32, 64 or 128 (zero-padded channels); lane l owns output channels l, l+32, ...
+constexpr int kFlashKeys = 32, kFlashQueries = 8;  // keys per tile; the backward's warps per block
 // Rows that lanes read one each (lane l: row l) are padded by 4 floats: a quarter-warp's 16-byte
 // loads then fall in 8 distinct groups of 4 banks, and every row stays 16-byte aligned.
 constexpr int kPad = 4;
@@ -221,53 +219,96 @@ __device__ inline void load_kv_tile(KS& ks, VS& vs, const float* k, const float*
     }
 }
 
+// The forward: a block holds 16 queries of one (b, h), 4 per warp. Lane l scores key j0 + l
+// against its warp's 4 queries, the warp updates each query's running max m and sum l and
+// rescales its output, then adds the tile's p_j v_j. Every key and value read from shared
+// memory serves 4 queries; the weights p_j z_j go through shared memory, read 4 keys at a time.
+// Per query, the operations and their order are those of one query per warp.
+constexpr int kFwdWarps = 4, kFwdQueries = 4;  // warps per block, queries per warp
+
 template <int HSP>
-__global__ void __launch_bounds__(32 * kFlashQueries)
+__global__ void __launch_bounds__(32 * kFwdWarps)
 flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
                      const int32_t* mask, bool causal, float p, float s, DropoutKey key,
                      int T, int NH, int HS, float scale) {
-    constexpr int R = HSP / 32;  // channels per lane
-    __shared__ __align__(16) float qs[kFlashQueries][HSP];
+    constexpr int R = HSP / 32, QW = kFwdQueries;  // channels per lane, queries per warp
+    __shared__ __align__(16) float qs[kFwdWarps * QW][HSP];
     __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad];  // lane l reads row l
     __shared__ float vs[kFlashKeys][HSP];
+    __shared__ __align__(16) float ws[kFwdWarps][QW][kFlashKeys];  // the tile's weights p_j z_j
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const int i0 = blockIdx.x * kFlashQueries, i = i0 + warp;
-    const bool valid_q = i < T;
-    for (int d = lane; d < HSP; d += 32)
-        qs[warp][d] = valid_q && d < HS ? q[((size_t)b * T + i) * C + h * HS + d] : 0.0f;
-    float o[R] = {};
-    float m = -INFINITY, l = 0.0f;
-    const int kend = causal ? min(T, i0 + kFlashQueries) : T;  // later keys are masked for all 8
+    const int i0 = blockIdx.x * kFwdWarps * QW, iw = i0 + warp * QW;  // the block's, the warp's first query
+    for (int idx = threadIdx.x; idx < kFwdWarps * QW * HSP; idx += blockDim.x) {
+        const int r = idx / HSP, d = idx % HSP, i = i0 + r;
+        qs[r][d] = i < T && d < HS ? q[((size_t)b * T + i) * C + h * HS + d] : 0.0f;
+    }
+    float o[QW][R] = {}, m[QW], l[QW] = {};
+    for (int a = 0; a < QW; a++) m[a] = -INFINITY;
+    const int kend = causal ? min(T, i0 + kFwdWarps * QW) : T;  // later keys are masked for the block
     for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
         __syncthreads();  // everyone is done with the previous tile (and qs is written)
         load_kv_tile<HSP>(ks, vs, k, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
-        const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);
-        float score = -INFINITY;
-        if (vis) {
-            score = dot_rows<HSP>(qs[warp], ks[lane]) * scale;
+        float score[QW] = {};  // q_a . k_j in dot_rows' order, one row of K for the 4 queries
+        for (int d = 0; d < HSP; d += 4) {
+            const float4 y = *reinterpret_cast<const float4*>(&ks[lane][d]);
+            #pragma unroll
+            for (int a = 0; a < QW; a++) {
+                const float4 x = *reinterpret_cast<const float4*>(&qs[warp * QW + a][d]);
+                score[a] += x.x * y.x;
+                score[a] += x.y * y.y;
+                score[a] += x.z * y.z;
+                score[a] += x.w * y.w;
+            }
         }
-        const float tile_max = warp_max(score);
-        if (tile_max == -INFINITY) continue;  // this query sees no key of this tile
-        const float m_new = fmaxf(m, tile_max);
-        const float corr = expf(m - m_new);  // 0 on the first visible tile, where m = -inf
-        const float pj = vis ? expf(score - m_new) : 0.0f;
-        l = l * corr + warp_sum(pj);
-        const float wj = vis ? pj * keep_factor(p, s, key, bh, i, j, T) : 0.0f;
-        for (int r = 0; r < R; r++) o[r] *= corr;
-        for (int jj = 0; jj < kFlashKeys; jj++) {
-            const float w = __shfl_sync(0xffffffffu, wj, jj);
-            for (int r = 0; r < R; r++) o[r] += w * vs[jj][lane + 32 * r];
+        #pragma unroll
+        for (int a = 0; a < QW; a++) {
+            const int i = iw + a;
+            const bool vis = i < T && j < T && visible(mask, causal, b, i, j, T);
+            const float sc = vis ? score[a] * scale : -INFINITY;
+            const float tile_max = warp_max(sc);
+            float wj = 0.0f;
+            if (tile_max != -INFINITY) {  // else query i sees no key of this tile: o, m, l stay
+                const float m_new = fmaxf(m[a], tile_max);
+                const float corr = expf(m[a] - m_new);  // 0 on the first visible tile, where m = -inf
+                const float pj = vis ? expf(sc - m_new) : 0.0f;
+                l[a] = l[a] * corr + warp_sum(pj);
+                wj = vis ? pj * keep_factor(p, s, key, bh, i, j, T) : 0.0f;
+                for (int r = 0; r < R; r++) o[a][r] *= corr;
+                m[a] = m_new;
+            }
+            ws[warp][a][lane] = wj;
         }
-        m = m_new;
+        __syncwarp();  // the warp's weights are written
+        for (int jj = 0; jj < kFlashKeys; jj += 4) {
+            float4 w[QW];
+            #pragma unroll
+            for (int a = 0; a < QW; a++) w[a] = *reinterpret_cast<const float4*>(&ws[warp][a][jj]);
+            #pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float v0 = vs[jj][lane + 32 * r], v1 = vs[jj + 1][lane + 32 * r];
+                const float v2 = vs[jj + 2][lane + 32 * r], v3 = vs[jj + 3][lane + 32 * r];
+                #pragma unroll
+                for (int a = 0; a < QW; a++) {
+                    o[a][r] += w[a].x * v0;
+                    o[a][r] += w[a].y * v1;
+                    o[a][r] += w[a].z * v2;
+                    o[a][r] += w[a].w * v3;
+                }
+            }
+        }
     }
-    if (!valid_q) return;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // l == 0: no visible key, zero output
-    for (int r = 0; r < R; r++)
-        if (lane + 32 * r < HS) out[((size_t)b * T + i) * C + h * HS + lane + 32 * r] = o[r] * inv;
-    if (lane == 0) lse[(size_t)bh * T + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    #pragma unroll
+    for (int a = 0; a < QW; a++) {
+        const int i = iw + a;
+        if (i >= T) continue;
+        const float inv = l[a] > 0.0f ? 1.0f / l[a] : 0.0f;  // l == 0: no visible key, zero output
+        for (int r = 0; r < R; r++)
+            if (lane + 32 * r < HS) out[((size_t)b * T + i) * C + h * HS + lane + 32 * r] = o[a][r] * inv;
+        if (lane == 0) lse[(size_t)bh * T + i] = l[a] > 0.0f ? m[a] + logf(l[a]) : -INFINITY;
+    }
 }
 
 // ---- v2: flash-style backward ----
@@ -306,7 +347,7 @@ __device__ inline void flash_pair(float& w, float& ds, const float* qi, const fl
 // dk and dv: a block holds 8 keys (one per warp) of one (b, h); tiles of 32 queries (one per
 // lane) and their output gradients are staged in shared memory, and the warp adds the tile's
 // w_i do_i and ds_i q_i, queries in increasing order, lane l owning channels l, l+32, ...
-// (The forward's tile sizes with the roles swapped: kFlashQueries keys, kFlashKeys queries.)
+// (Tiles of kFlashKeys queries, kFlashQueries keys per block.)
 template <int HSP>
 __global__ void __launch_bounds__(32 * kFlashQueries)
 flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, const float* D,
@@ -365,7 +406,7 @@ flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, con
     }
 }
 
-// dq: the forward's layout (8 queries per block, one per warp; tiles of 32 keys, one per lane),
+// dq: a block holds 8 queries (one per warp) of one (b, h); tiles of 32 keys (one per lane),
 // adding the tile's ds_j k_j, keys in increasing order.
 template <int HSP>
 __global__ void __launch_bounds__(32 * kFlashQueries)
@@ -485,8 +526,8 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
                                  " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const dim3 grid = heads_grid(ceil_div(T, kFlashQueries), B, NH, "attention_forward_flash");
-    const dim3 block(32 * kFlashQueries);
+    const dim3 grid = heads_grid(ceil_div(T, kFwdWarps * kFwdQueries), B, NH, "attention_forward_flash");
+    const dim3 block(32 * kFwdWarps);
     if (HS <= 32)
         flash_forward_kernel<32><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
     else if (HS <= 64)

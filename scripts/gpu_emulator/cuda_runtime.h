@@ -158,6 +158,7 @@ inline unsigned __ballot_sync(unsigned m, int pred, int line = __builtin_LINE())
     return bits;
 }
 inline int __any_sync(unsigned m, int pred, int line = __builtin_LINE()) { return __ballot_sync(m, pred, line) != 0; }
+inline void __syncwarp(unsigned m = 0xffffffffu, int line = __builtin_LINE()) { emu::warp_sync({{}, line}, m, "__syncwarp"); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 // Kernels are compiled with -ffp-contract=fast like nvcc's --fmad=true; the empty asm keeps the

@@ -180,91 +180,105 @@ __global__ void dkdv_kernel(float* dk, float* dv, const float* dS, const float* 
 }
 
 // ---- v2: flash-style ----
-// Tiles of 32 keys (one per lane) and their values are staged in shared memory. HSP is HS
-// rounded up to 32, 64 or 128 (zero-padded channels); lane l owns output channels l, l+32, ...
-constexpr int kFlashKeys = 32, kFlashQueries = 8;  // keys per tile; the backward's warps per block
+// Tiles of 32 keys (or queries) stand in shared memory, one per lane. A warp works for 4 rows at
+// once (4 queries, or 4 keys in dk/dv), so every element it reads from shared memory serves 4
+// sums. HSP is HS rounded up to 32, 64 or 128 (zero-padded channels); lane l owns output
+// channels l, l+32, ... Per query (or key), the operations and their order do not depend on
+// how many rows a warp holds.
+constexpr int kFlashKeys = 32, kRows = 4;  // tile length; rows per warp
 // Rows that lanes read one each (lane l: row l) are padded by 4 floats: a quarter-warp's 16-byte
 // loads then fall in 8 distinct groups of 4 banks, and every row stays 16-byte aligned.
 constexpr int kPad = 4;
 
-// a . b over HSP channels (both rows in shared memory, 16-byte aligned), four channels per load,
-// summed in order d = 0, 1, ...: a broadcast row and a per-lane row cost 5 shared-memory
-// wavefronts per 4 FMAs instead of 8. Every score of the forward and backward is formed here,
-// so the backward's probabilities are the forward's.
+// Warps per block: 4 (the kernels' __launch_bounds__), or 2 for the backward at HSP 128, where 4
+// would need more than the 48 KiB of static shared memory a block may have.
+__host__ __device__ constexpr int flash_warps(int HSP, bool backward) { return backward && HSP == 128 ? 2 : 4; }
+
+// acc[a] = rows[a] . y for the warp's kRows rows (row stride HSP, read by the whole warp) and this
+// lane's row y, both 16-byte aligned in shared memory. Each sum runs in order d = 0, 1, ..., so a
+// score formed in the backward has the forward's bits; y is read once for the kRows rows.
 template <int HSP>
-__device__ inline float dot_rows(const float* a, const float* b) {
-    float sum = 0.0f;
+__device__ inline void dot_rows(float (&acc)[kRows], const float* rows, const float* y) {
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) acc[a] = 0.0f;
     for (int d = 0; d < HSP; d += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(a + d);
-        const float4 y = *reinterpret_cast<const float4*>(b + d);
-        sum += x.x * y.x;
-        sum += x.y * y.y;
-        sum += x.z * y.z;
-        sum += x.w * y.w;
-    }
-    return sum;
-}
-
-// Keys and values j0 .. j0+31 of head h into shared tiles, zero past T and past HS. KS and VS
-// are the tile types (rows padded or not), the whole block takes part.
-template <int HSP, typename KS, typename VS>
-__device__ inline void load_kv_tile(KS& ks, VS& vs, const float* k, const float* v, int b, int h, int j0, int T,
-                                    int C, int HS) {
-    for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
-        const int r = idx / HSP, d = idx % HSP, j = j0 + r;
-        const bool in = j < T && d < HS;
-        const size_t off = ((size_t)b * T + j) * C + h * HS + d;
-        ks[r][d] = in ? k[off] : 0.0f;
-        vs[r][d] = in ? v[off] : 0.0f;
+        const float4 yv = *reinterpret_cast<const float4*>(y + d);
+        #pragma unroll
+        for (int a = 0; a < kRows; a++) {
+            const float4 x = *reinterpret_cast<const float4*>(rows + a * HSP + d);
+            acc[a] += x.x * yv.x;
+            acc[a] += x.y * yv.y;
+            acc[a] += x.z * yv.z;
+            acc[a] += x.w * yv.w;
+        }
     }
 }
 
-// The forward: a block holds 16 queries of one (b, h), 4 per warp. Lane l scores key j0 + l
-// against its warp's 4 queries, the warp updates each query's running max m and sum l and
-// rescales its output, then adds the tile's p_j v_j. Every key and value read from shared
-// memory serves 4 queries; the weights p_j z_j go through shared memory, read 4 keys at a time.
-// Per query, the operations and their order are those of one query per warp.
-constexpr int kFwdWarps = 4, kFwdQueries = 4;  // warps per block, queries per warp
+// acc[a][r] += sum over the tile's rows t, in order, of wt[a][t] * rows[t][lane + 32 r]: the
+// weights (kRows x 32, in shared memory) are read 4 at a time, each row element feeds kRows sums.
+template <int R, int LD>
+__device__ inline void add_weighted_rows(float (&acc)[kRows][R], const float (*wt)[kFlashKeys],
+                                         const float (*rows)[LD], int lane) {
+    for (int t = 0; t < kFlashKeys; t += 4) {
+        float4 w[kRows];
+        #pragma unroll
+        for (int a = 0; a < kRows; a++) w[a] = *reinterpret_cast<const float4*>(&wt[a][t]);
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float x0 = rows[t][lane + 32 * r], x1 = rows[t + 1][lane + 32 * r];
+            const float x2 = rows[t + 2][lane + 32 * r], x3 = rows[t + 3][lane + 32 * r];
+            #pragma unroll
+            for (int a = 0; a < kRows; a++) {
+                acc[a][r] += w[a].x * x0;
+                acc[a][r] += w[a].y * x1;
+                acc[a][r] += w[a].z * x2;
+                acc[a][r] += w[a].w * x3;
+            }
+        }
+    }
+}
 
+// Rows r0 .. r0+N-1 (token index, zero past T and past HS) of head h of x into the N shared rows
+// of dst (row length LD >= HSP). The whole block takes part.
+template <int HSP, int N, int LD>
+__device__ inline void load_rows(float (&dst)[N][LD], const float* x, int b, int h, int r0, int T, int C, int HS) {
+    for (int idx = threadIdx.x; idx < N * HSP; idx += blockDim.x) {
+        const int r = idx / HSP, d = idx % HSP, t = r0 + r;
+        dst[r][d] = t < T && d < HS ? x[((size_t)b * T + t) * C + h * HS + d] : 0.0f;
+    }
+}
+
+// The forward: a block holds 4 warps x 4 queries of one (b, h). Lane l scores key j0 + l against
+// its warp's queries, the warp updates each query's running max m and sum l and rescales its
+// output, then adds the tile's p_j z_j v_j.
 template <int HSP>
-__global__ void __launch_bounds__(32 * kFwdWarps)
+__global__ void __launch_bounds__(32 * 4)
 flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
                      const int32_t* mask, bool causal, float p, float s, DropoutKey key,
                      int T, int NH, int HS, float scale) {
-    constexpr int R = HSP / 32, QW = kFwdQueries;  // channels per lane, queries per warp
-    __shared__ __align__(16) float qs[kFwdWarps * QW][HSP];
-    __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad];  // lane l reads row l
+    constexpr int R = HSP / 32, W = flash_warps(HSP, false);
+    __shared__ __align__(16) float qs[W * kRows][HSP];
+    __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad];
     __shared__ float vs[kFlashKeys][HSP];
-    __shared__ __align__(16) float ws[kFwdWarps][QW][kFlashKeys];  // the tile's weights p_j z_j
+    __shared__ __align__(16) float ws[W][kRows][kFlashKeys];  // each warp's weights p_j z_j
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const int i0 = blockIdx.x * kFwdWarps * QW, iw = i0 + warp * QW;  // the block's, the warp's first query
-    for (int idx = threadIdx.x; idx < kFwdWarps * QW * HSP; idx += blockDim.x) {
-        const int r = idx / HSP, d = idx % HSP, i = i0 + r;
-        qs[r][d] = i < T && d < HS ? q[((size_t)b * T + i) * C + h * HS + d] : 0.0f;
-    }
-    float o[QW][R] = {}, m[QW], l[QW] = {};
-    for (int a = 0; a < QW; a++) m[a] = -INFINITY;
-    const int kend = causal ? min(T, i0 + kFwdWarps * QW) : T;  // later keys are masked for the block
+    const int i0 = blockIdx.x * W * kRows, iw = i0 + warp * kRows;  // the block's, the warp's first query
+    load_rows<HSP>(qs, q, b, h, i0, T, C, HS);
+    float o[kRows][R] = {}, m[kRows], l[kRows] = {};
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) m[a] = -INFINITY;
+    const int kend = causal ? min(T, i0 + W * kRows) : T;  // later keys are masked for the whole block
     for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
         __syncthreads();  // everyone is done with the previous tile (and qs is written)
-        load_kv_tile<HSP>(ks, vs, k, v, b, h, j0, T, C, HS);
+        load_rows<HSP>(ks, k, b, h, j0, T, C, HS);
+        load_rows<HSP>(vs, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
-        float score[QW] = {};  // q_a . k_j in dot_rows' order, one row of K for the 4 queries
-        for (int d = 0; d < HSP; d += 4) {
-            const float4 y = *reinterpret_cast<const float4*>(&ks[lane][d]);
-            #pragma unroll
-            for (int a = 0; a < QW; a++) {
-                const float4 x = *reinterpret_cast<const float4*>(&qs[warp * QW + a][d]);
-                score[a] += x.x * y.x;
-                score[a] += x.y * y.y;
-                score[a] += x.z * y.z;
-                score[a] += x.w * y.w;
-            }
-        }
+        float score[kRows];
+        dot_rows<HSP>(score, qs[warp * kRows], ks[lane]);
         #pragma unroll
-        for (int a = 0; a < QW; a++) {
+        for (int a = 0; a < kRows; a++) {
             const int i = iw + a;
             const bool vis = i < T && j < T && visible(mask, causal, b, i, j, T);
             const float sc = vis ? score[a] * scale : -INFINITY;
@@ -282,26 +296,10 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
             ws[warp][a][lane] = wj;
         }
         __syncwarp();  // the warp's weights are written
-        for (int jj = 0; jj < kFlashKeys; jj += 4) {
-            float4 w[QW];
-            #pragma unroll
-            for (int a = 0; a < QW; a++) w[a] = *reinterpret_cast<const float4*>(&ws[warp][a][jj]);
-            #pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float v0 = vs[jj][lane + 32 * r], v1 = vs[jj + 1][lane + 32 * r];
-                const float v2 = vs[jj + 2][lane + 32 * r], v3 = vs[jj + 3][lane + 32 * r];
-                #pragma unroll
-                for (int a = 0; a < QW; a++) {
-                    o[a][r] += w[a].x * v0;
-                    o[a][r] += w[a].y * v1;
-                    o[a][r] += w[a].z * v2;
-                    o[a][r] += w[a].w * v3;
-                }
-            }
-        }
+        add_weighted_rows<R>(o, ws[warp], vs, lane);
     }
     #pragma unroll
-    for (int a = 0; a < QW; a++) {
+    for (int a = 0; a < kRows; a++) {
         const int i = iw + a;
         if (i >= T) continue;
         const float inv = l[a] > 0.0f ? 1.0f / l[a] : 0.0f;  // l == 0: no visible key, zero output
@@ -331,52 +329,41 @@ __global__ void flash_rowdot_kernel(float* D, const float* dout, const float* ou
     if (lane == 0) D[row] = acc;
 }
 
-// One visible pair (i, j) from its rows in shared memory (zero-padded to HSP): w = P_ij z_ij and
-// ds = dS_ij. The score is formed as in the forward, so P matches the forward's probabilities.
-template <int HSP>
-__device__ inline void flash_pair(float& w, float& ds, const float* qi, const float* kj, const float* doi,
-                                  const float* vj, float lse_i, float D_i, float scale, float p, float s,
-                                  const DropoutKey& key, int bh, int i, int j, int T) {
-    const float qk = dot_rows<HSP>(qi, kj), dov = dot_rows<HSP>(doi, vj);
+// A pair (i, j): w = P_ij z_ij and ds = dS_ij from its score q_i . k_j and do_i . v_j, both formed
+// by dot_rows; zero where key j is not visible to query i.
+__device__ inline void flash_pair(float& w, float& ds, bool vis, float qk, float dov, float lse_i, float D_i,
+                                  float scale, float p, float s, const DropoutKey& key, int bh, int i, int j, int T) {
+    w = ds = 0.0f;
+    if (!vis) return;
     const float P = expf(qk * scale - lse_i);
     const float z = keep_factor(p, s, key, bh, i, j, T);
     w = P * z;
     ds = P * (z * dov - D_i) * scale;
 }
 
-// dk and dv: a block holds 8 keys (one per warp) of one (b, h); tiles of 32 queries (one per
-// lane) and their output gradients are staged in shared memory, and the warp adds the tile's
-// w_i do_i and ds_i q_i, queries in increasing order, lane l owning channels l, l+32, ...
-// (Tiles of kFlashKeys queries, kFlashQueries keys per block.)
+// dk and dv: a block holds W warps x 4 keys of one (b, h); tiles of 32 queries (one per lane) and
+// their output gradients stand in shared memory, and each warp adds the tile's w_i do_i and
+// ds_i q_i to its keys' sums, queries in increasing order.
 template <int HSP>
-__global__ void __launch_bounds__(32 * kFlashQueries)
+__global__ void __launch_bounds__(32 * 4)
 flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, const float* D,
                   const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
                   float p, float s, DropoutKey key, int T, int NH, int HS, float scale) {
-    constexpr int R = HSP / 32;
-    __shared__ __align__(16) float kw[kFlashQueries][HSP], vw[kFlashQueries][HSP];  // each warp's key and value
-    __shared__ __align__(16) float qs[kFlashKeys][HSP + kPad], dos[kFlashKeys][HSP + kPad];  // lane l: row l
+    constexpr int R = HSP / 32, W = flash_warps(HSP, true);
+    __shared__ __align__(16) float kw[W * kRows][HSP], vw[W * kRows][HSP];  // the block's keys and values
+    __shared__ __align__(16) float qs[kFlashKeys][HSP + kPad], dos[kFlashKeys][HSP + kPad];
+    __shared__ __align__(16) float ws[W][kRows][kFlashKeys], dss[W][kRows][kFlashKeys];
     __shared__ float lse_s[kFlashKeys], D_s[kFlashKeys];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const int j0 = blockIdx.x * kFlashQueries, j = j0 + warp;
-    const bool valid_k = j < T;
-    for (int d = lane; d < HSP; d += 32) {
-        const bool in = valid_k && d < HS;
-        const size_t off = ((size_t)b * T + j) * C + h * HS + d;
-        kw[warp][d] = in ? k[off] : 0.0f;
-        vw[warp][d] = in ? v[off] : 0.0f;
-    }
-    float dka[R] = {}, dva[R] = {};
+    const int j0 = blockIdx.x * W * kRows, jw = j0 + warp * kRows;  // the block's, the warp's first key
+    load_rows<HSP>(kw, k, b, h, j0, T, C, HS);
+    load_rows<HSP>(vw, v, b, h, j0, T, C, HS);
+    float dka[kRows][R] = {}, dva[kRows][R] = {};
     for (int i0 = causal ? j0 : 0; i0 < T; i0 += kFlashKeys) {  // causal: queries < j0 see none
         __syncthreads();  // everyone is done with the previous tile (and kw, vw are written)
-        for (int idx = threadIdx.x; idx < kFlashKeys * HSP; idx += blockDim.x) {
-            const int r = idx / HSP, d = idx % HSP, i = i0 + r;
-            const bool in = i < T && d < HS;
-            const size_t off = ((size_t)b * T + i) * C + h * HS + d;
-            qs[r][d] = in ? q[off] : 0.0f;
-            dos[r][d] = in ? dout[off] : 0.0f;
-        }
+        load_rows<HSP>(qs, q, b, h, i0, T, C, HS);
+        load_rows<HSP>(dos, dout, b, h, i0, T, C, HS);
         if (threadIdx.x < kFlashKeys) {
             const int i = i0 + threadIdx.x;
             lse_s[threadIdx.x] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
@@ -384,85 +371,101 @@ flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, con
         }
         __syncthreads();
         const int i = i0 + lane;
-        const bool vis = valid_k && i < T && visible(mask, causal, b, i, j, T);
-        if (!__any_sync(0xffffffffu, vis)) continue;  // this key is seen by no query of the tile
-        float w = 0.0f, ds = 0.0f;
-        if (vis) flash_pair<HSP>(w, ds, qs[lane], kw[warp], dos[lane], vw[warp], lse_s[lane], D_s[lane],
-                                 scale, p, s, key, bh, i, j, T);
-        for (int ii = 0; ii < kFlashKeys; ii++) {
-            const float wi = __shfl_sync(0xffffffffu, w, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
-            for (int r = 0; r < R; r++) {
-                dva[r] += wi * dos[ii][lane + 32 * r];
-                dka[r] += dsi * qs[ii][lane + 32 * r];
-            }
+        float qk[kRows], dov[kRows];
+        dot_rows<HSP>(qk, kw[warp * kRows], qs[lane]);
+        dot_rows<HSP>(dov, vw[warp * kRows], dos[lane]);
+        #pragma unroll
+        for (int a = 0; a < kRows; a++) {
+            const int j = jw + a;
+            const bool vis = j < T && i < T && visible(mask, causal, b, i, j, T);
+            flash_pair(ws[warp][a][lane], dss[warp][a][lane], vis, qk[a], dov[a], lse_s[lane], D_s[lane], scale, p,
+                       s, key, bh, i, j, T);
         }
+        __syncwarp();  // the warp's weights are written
+        add_weighted_rows<R>(dva, ws[warp], dos, lane);
+        add_weighted_rows<R>(dka, dss[warp], qs, lane);
     }
-    if (!valid_k) return;
-    for (int r = 0; r < R; r++) {
-        if (lane + 32 * r >= HS) continue;
-        const size_t off = ((size_t)b * T + j) * C + h * HS + lane + 32 * r;
-        if (dk) dk[off] += dka[r];
-        if (dv) dv[off] += dva[r];
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) {
+        const int j = jw + a;
+        if (j >= T) continue;
+        for (int r = 0; r < R; r++) {
+            if (lane + 32 * r >= HS) continue;
+            const size_t off = ((size_t)b * T + j) * C + h * HS + lane + 32 * r;
+            if (dk) dk[off] += dka[a][r];
+            if (dv) dv[off] += dva[a][r];
+        }
     }
 }
 
-// dq: a block holds 8 queries (one per warp) of one (b, h); tiles of 32 keys (one per lane),
-// adding the tile's ds_j k_j, keys in increasing order.
+// dq: a block holds W warps x 4 queries of one (b, h); tiles of 32 keys (one per lane), each warp
+// adding the tile's ds_j k_j to its queries' sums, keys in increasing order.
 template <int HSP>
-__global__ void __launch_bounds__(32 * kFlashQueries)
+__global__ void __launch_bounds__(32 * 4)
 flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, const float* q,
                 const float* k, const float* v, const int32_t* mask, bool causal, float p, float s,
                 DropoutKey key, int T, int NH, int HS, float scale) {
-    constexpr int R = HSP / 32;
-    __shared__ __align__(16) float qw[kFlashQueries][HSP], dow[kFlashQueries][HSP];  // each warp's q_i and do_i
+    constexpr int R = HSP / 32, W = flash_warps(HSP, true);
+    __shared__ __align__(16) float qw[W * kRows][HSP], dow[W * kRows][HSP];  // the block's q_i and do_i
     __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad], vs[kFlashKeys][HSP + kPad];
+    __shared__ __align__(16) float dss[W][kRows][kFlashKeys];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
-    const int i0 = blockIdx.x * kFlashQueries, i = i0 + warp;
-    const bool valid_q = i < T;
-    for (int d = lane; d < HSP; d += 32) {
-        const bool in = valid_q && d < HS;
-        const size_t off = ((size_t)b * T + i) * C + h * HS + d;
-        qw[warp][d] = in ? q[off] : 0.0f;
-        dow[warp][d] = in ? dout[off] : 0.0f;
+    const int i0 = blockIdx.x * W * kRows, iw = i0 + warp * kRows;  // the block's, the warp's first query
+    load_rows<HSP>(qw, q, b, h, i0, T, C, HS);
+    load_rows<HSP>(dow, dout, b, h, i0, T, C, HS);
+    float lse_i[kRows], D_i[kRows];
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) {
+        const int i = iw + a;
+        lse_i[a] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+        D_i[a] = i < T ? D[(size_t)bh * T + i] : 0.0f;
     }
-    const float lse_i = valid_q ? lse[(size_t)bh * T + i] : 0.0f, D_i = valid_q ? D[(size_t)bh * T + i] : 0.0f;
-    float dqa[R] = {};
-    const int kend = causal ? min(T, i0 + kFlashQueries) : T;  // later keys are masked for all 8
+    float dqa[kRows][R] = {};
+    const int kend = causal ? min(T, i0 + W * kRows) : T;  // later keys are masked for the whole block
     for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
         __syncthreads();  // everyone is done with the previous tile (and qw, dow are written)
-        load_kv_tile<HSP>(ks, vs, k, v, b, h, j0, T, C, HS);
+        load_rows<HSP>(ks, k, b, h, j0, T, C, HS);
+        load_rows<HSP>(vs, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
-        const bool vis = valid_q && j < T && visible(mask, causal, b, i, j, T);
-        if (!__any_sync(0xffffffffu, vis)) continue;  // this query sees no key of the tile
-        float w = 0.0f, ds = 0.0f;
-        if (vis) flash_pair<HSP>(w, ds, qw[warp], ks[lane], dow[warp], vs[lane], lse_i, D_i, scale, p, s,
-                                 key, bh, i, j, T);
-        for (int jj = 0; jj < kFlashKeys; jj++) {
-            const float dsj = __shfl_sync(0xffffffffu, ds, jj);
-            for (int r = 0; r < R; r++) dqa[r] += dsj * ks[jj][lane + 32 * r];
+        float qk[kRows], dov[kRows];
+        dot_rows<HSP>(qk, qw[warp * kRows], ks[lane]);
+        dot_rows<HSP>(dov, dow[warp * kRows], vs[lane]);
+        #pragma unroll
+        for (int a = 0; a < kRows; a++) {
+            const int i = iw + a;
+            const bool vis = i < T && j < T && visible(mask, causal, b, i, j, T);
+            float w;
+            flash_pair(w, dss[warp][a][lane], vis, qk[a], dov[a], lse_i[a], D_i[a], scale, p, s, key, bh, i, j, T);
         }
+        __syncwarp();  // the warp's weights are written
+        add_weighted_rows<R>(dqa, dss[warp], ks, lane);
     }
-    if (!valid_q) return;
-    for (int r = 0; r < R; r++)
-        if (lane + 32 * r < HS) dq[((size_t)b * T + i) * C + h * HS + lane + 32 * r] += dqa[r];
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) {
+        const int i = iw + a;
+        if (i >= T) continue;
+        for (int r = 0; r < R; r++)
+            if (lane + 32 * r < HS) dq[((size_t)b * T + i) * C + h * HS + lane + 32 * r] += dqa[a][r];
+    }
 }
 
 template <int HSP>
-void flash_backward_launch(dim3 grid, float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                           const float* D, const float* q, const float* k, const float* v,
-                           const int32_t* mask, bool causal, float p, float s, const DropoutKey& key,
-                           int T, int NH, int HS, float scale, cudaStream_t stream) {
-    const dim3 block(32 * kFlashQueries);
+void flash_backward_launch(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* D,
+                           const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
+                           float p, float s, const DropoutKey& key, int B, int T, int NH, int HS, float scale,
+                           cudaStream_t stream) {
+    constexpr int W = flash_warps(HSP, true);
+    const dim3 grid = heads_grid(ceil_div(T, W * kRows), B, NH, "attention_backward_flash");
     if (dk || dv) {
-        flash_dkdv_kernel<HSP><<<grid, block, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, mask, causal, p, s,
-                                                           key, T, NH, HS, scale);
+        flash_dkdv_kernel<HSP><<<grid, 32 * W, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, mask, causal, p, s,
+                                                            key, T, NH, HS, scale);
         CUDA_CHECK_LAST();
     }
     if (dq) {
-        flash_dq_kernel<HSP><<<grid, block, 0, stream>>>(dq, dout, lse, D, q, k, v, mask, causal, p, s, key,
-                                                         T, NH, HS, scale);
+        flash_dq_kernel<HSP><<<grid, 32 * W, 0, stream>>>(dq, dout, lse, D, q, k, v, mask, causal, p, s, key,
+                                                          T, NH, HS, scale);
         CUDA_CHECK_LAST();
     }
 }
@@ -526,8 +529,8 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
                                  " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const dim3 grid = heads_grid(ceil_div(T, kFwdWarps * kFwdQueries), B, NH, "attention_forward_flash");
-    const dim3 block(32 * kFwdWarps);
+    const dim3 grid = heads_grid(ceil_div(T, flash_warps(128, false) * kRows), B, NH, "attention_forward_flash");
+    const dim3 block(32 * flash_warps(128, false));  // the same for every HSP
     if (HS <= 32)
         flash_forward_kernel<32><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
     else if (HS <= 64)
@@ -547,18 +550,17 @@ void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout
                                  " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const dim3 grid = heads_grid(ceil_div(T, kFlashQueries), B, NH, "attention_backward_flash");
     const int64_t rows = (int64_t)B * NH * T;
     float* D = nullptr;  // (B, NH, T) scratch: dout_i . out_i
     CUDA_CHECK(cudaMallocAsync(&D, sizeof(float) * rows, stream));
     flash_rowdot_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(D, dout, out, rows, T, NH, HS);
     CUDA_CHECK_LAST();
     if (HS <= 32)
-        flash_backward_launch<32>(grid, dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, T, NH, HS, scale, stream);
+        flash_backward_launch<32>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
     else if (HS <= 64)
-        flash_backward_launch<64>(grid, dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, T, NH, HS, scale, stream);
+        flash_backward_launch<64>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
     else
-        flash_backward_launch<128>(grid, dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, T, NH, HS, scale, stream);
+        flash_backward_launch<128>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
     CUDA_CHECK(cudaFreeAsync(D, stream));
 }
 

@@ -93,7 +93,7 @@ void attention_forward_flash(float* out, float* lse,
                              bool causal, float p, const DropoutKey& key,
                              int B, int T, int NH, int HS, cudaStream_t stream = 0);
 // v2 backward: recomputes the probabilities tile by tile from q, k and lse (no (T, T) matrix);
-// D_i = dout_i . out_i first, then dk, dv (a block per 8 keys) and dq (a block per 8 queries).
+// D_i = dout_i . out_i first, then dk, dv (a block per 16 keys, 8 at HS > 64) and dq (likewise queries).
 // Takes the flash forward's out and lse; adds into dq, dk, dv (any may be null). HS <= 128.
 void attention_backward_flash(float* dq, float* dk, float* dv,
                               const float* dout, const float* out, const float* lse,

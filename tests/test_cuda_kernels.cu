@@ -433,7 +433,9 @@ TEST_CASE("attention v2 (flash forward) vs the CPU flash forward: out and log-su
     REQUIRE_DEVICE();
     const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f}, {2, 17, 3, 26, true, true, 0.0f},
                               {2, 63, 2, 32, false, true, 0.2f}, {2, 130, 2, 64, true, true, 0.1f},
-                              {1, 257, 2, 128, false, false, 0.0f}, {3, 63, 1, 100, true, true, 0.0f}};
+                              {1, 257, 2, 128, false, false, 0.0f}, {3, 63, 1, 100, true, true, 0.0f},
+                              // T % 4 == 0: the kernels' dropout draws one Philox block per 4 keys
+                              {2, 64, 3, 64, true, true, 0.1f},     {1, 128, 2, 100, false, false, 0.2f}};
     const ops::DropoutKey key = attn_key();
     uint32_t seed = 50;
     for (const AttnCase& c : cases) {
@@ -472,7 +474,9 @@ TEST_CASE("attention v2 (flash backward) vs the CPU flash backward: masks, causa
                               {2, 37, 3, 26, true, true, 0.1f},   {2, 37, 2, 32, false, true, 0.0f},
                               {2, 37, 1, 64, true, false, 0.0f},  {2, 37, 2, 128, false, false, 0.1f},
                               {2, 130, 2, 32, true, false, 0.1f}, {3, 130, 2, 64, false, true, 0.1f},
-                              {2, 130, 2, 128, true, true, 0.0f}, {2, 130, 1, 26, false, false, 0.0f}};
+                              {2, 130, 2, 128, true, true, 0.0f}, {2, 130, 1, 26, false, false, 0.0f},
+                              {2, 64, 2, 64, true, true, 0.1f},   {1, 96, 2, 128, false, true, 0.2f},
+                              {2, 36, 1, 32, true, false, 0.3f}};
     const ops::DropoutKey key = attn_key();
     uint32_t seed = 80;
     for (const AttnCase& c : cases) {

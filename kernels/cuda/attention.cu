@@ -238,6 +238,40 @@ __device__ inline void add_weighted_rows(float (&acc)[kRows][R], const float (*w
     }
 }
 
+// Dropout factors z[a] = keep_factor(bh, iw + a, j0 + lane) for the warp's 4 queries (forward,
+// dq; iw and j0 multiples of 4). With T % 4 == 0 the 4 keys of a lane quad share one Philox block
+// per query: quad lane a draws query iw + a's block and the quad passes the words around, one
+// Philox call per lane instead of four. Warp-uniform: every lane takes part.
+__device__ inline void keep_factors_queries(float (&z)[kRows], float p, float s, const DropoutKey& key, int bh,
+                                            int iw, int j0, int lane, int T) {
+    if (p == 0.0f || T % 4 != 0) {
+        for (int a = 0; a < kRows; a++) z[a] = keep_factor(p, s, key, bh, iw + a, j0 + lane, T);
+        return;
+    }
+    const int quad = lane & ~3, w = lane & 3;
+    uint32_t c[4];
+    philox::words(c, key, (((uint64_t)bh * T + iw + w) * T + j0 + quad) >> 2);
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) {  // this lane's word of quad lane a's block
+        const uint32_t x0 = __shfl_sync(0xffffffffu, c[0], quad + a), x1 = __shfl_sync(0xffffffffu, c[1], quad + a);
+        const uint32_t x2 = __shfl_sync(0xffffffffu, c[2], quad + a), x3 = __shfl_sync(0xffffffffu, c[3], quad + a);
+        z[a] = philox::to_uniform(w & 2 ? (w & 1 ? x3 : x2) : (w & 1 ? x1 : x0)) >= p ? s : 0.0f;
+    }
+}
+
+// Dropout factors z[a] = keep_factor(bh, i, jw + a) for query i and the warp's 4 keys (dk/dv; jw a
+// multiple of 4): with T % 4 == 0 they are the 4 words of one Philox block.
+__device__ inline void keep_factors_keys(float (&z)[kRows], float p, float s, const DropoutKey& key, int bh, int i,
+                                         int jw, int T) {
+    if (p == 0.0f || T % 4 != 0) {
+        for (int a = 0; a < kRows; a++) z[a] = keep_factor(p, s, key, bh, i, jw + a, T);
+        return;
+    }
+    float u[4];
+    philox::uniforms4(u, key, (((uint64_t)bh * T + i) * T + jw) >> 2);
+    for (int a = 0; a < kRows; a++) z[a] = u[a] >= p ? s : 0.0f;
+}
+
 // Rows r0 .. r0+N-1 (token index, zero past T and past HS) of head h of x into the N shared rows
 // of dst (row length LD >= HSP). The whole block takes part.
 template <int HSP, int N, int LD>
@@ -275,8 +309,9 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
         load_rows<HSP>(vs, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
-        float score[kRows];
+        float score[kRows], z[kRows];
         dot_rows<HSP>(score, qs[warp * kRows], ks[lane]);
+        keep_factors_queries(z, p, s, key, bh, iw, j0, lane, T);
         #pragma unroll
         for (int a = 0; a < kRows; a++) {
             const int i = iw + a;
@@ -289,7 +324,7 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
                 const float corr = expf(m[a] - m_new);  // 0 on the first visible tile, where m = -inf
                 const float pj = vis ? expf(sc - m_new) : 0.0f;
                 l[a] = l[a] * corr + warp_sum(pj);
-                wj = vis ? pj * keep_factor(p, s, key, bh, i, j, T) : 0.0f;
+                wj = vis ? pj * z[a] : 0.0f;
                 for (int r = 0; r < R; r++) o[a][r] *= corr;
                 m[a] = m_new;
             }
@@ -330,13 +365,12 @@ __global__ void flash_rowdot_kernel(float* D, const float* dout, const float* ou
 }
 
 // A pair (i, j): w = P_ij z_ij and ds = dS_ij from its score q_i . k_j and do_i . v_j, both formed
-// by dot_rows; zero where key j is not visible to query i.
-__device__ inline void flash_pair(float& w, float& ds, bool vis, float qk, float dov, float lse_i, float D_i,
-                                  float scale, float p, float s, const DropoutKey& key, int bh, int i, int j, int T) {
+// by dot_rows, and its dropout factor z; zero where key j is not visible to query i.
+__device__ inline void flash_pair(float& w, float& ds, bool vis, float qk, float dov, float z, float lse_i,
+                                  float D_i, float scale) {
     w = ds = 0.0f;
     if (!vis) return;
     const float P = expf(qk * scale - lse_i);
-    const float z = keep_factor(p, s, key, bh, i, j, T);
     w = P * z;
     ds = P * (z * dov - D_i) * scale;
 }
@@ -371,15 +405,15 @@ flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, con
         }
         __syncthreads();
         const int i = i0 + lane;
-        float qk[kRows], dov[kRows];
+        float qk[kRows], dov[kRows], z[kRows];
         dot_rows<HSP>(qk, kw[warp * kRows], qs[lane]);
         dot_rows<HSP>(dov, vw[warp * kRows], dos[lane]);
+        keep_factors_keys(z, p, s, key, bh, i, jw, T);
         #pragma unroll
         for (int a = 0; a < kRows; a++) {
             const int j = jw + a;
             const bool vis = j < T && i < T && visible(mask, causal, b, i, j, T);
-            flash_pair(ws[warp][a][lane], dss[warp][a][lane], vis, qk[a], dov[a], lse_s[lane], D_s[lane], scale, p,
-                       s, key, bh, i, j, T);
+            flash_pair(ws[warp][a][lane], dss[warp][a][lane], vis, qk[a], dov[a], z[a], lse_s[lane], D_s[lane], scale);
         }
         __syncwarp();  // the warp's weights are written
         add_weighted_rows<R>(dva, ws[warp], dos, lane);
@@ -429,15 +463,16 @@ flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, 
         load_rows<HSP>(vs, v, b, h, j0, T, C, HS);
         __syncthreads();
         const int j = j0 + lane;
-        float qk[kRows], dov[kRows];
+        float qk[kRows], dov[kRows], z[kRows];
         dot_rows<HSP>(qk, qw[warp * kRows], ks[lane]);
         dot_rows<HSP>(dov, dow[warp * kRows], vs[lane]);
+        keep_factors_queries(z, p, s, key, bh, iw, j0, lane, T);
         #pragma unroll
         for (int a = 0; a < kRows; a++) {
             const int i = iw + a;
             const bool vis = i < T && j < T && visible(mask, causal, b, i, j, T);
             float w;
-            flash_pair(w, dss[warp][a][lane], vis, qk[a], dov[a], lse_i[a], D_i[a], scale, p, s, key, bh, i, j, T);
+            flash_pair(w, dss[warp][a][lane], vis, qk[a], dov[a], z[a], lse_i[a], D_i[a], scale);
         }
         __syncwarp();  // the warp's weights are written
         add_weighted_rows<R>(dqa, dss[warp], ks, lane);

@@ -282,6 +282,20 @@ __device__ inline void load_rows(float (&dst)[N][LD], const float* x, int b, int
     }
 }
 
+// dst rows first .. first+3 (those below T) of head h += acc, lane l adding channels l, l+32, ...
+// A null dst (an unwanted gradient) is skipped.
+template <int R>
+__device__ inline void add_to_rows(float* dst, const float (&acc)[kRows][R], int first, int b, int h, int T, int C,
+                                   int HS, int lane) {
+    if (!dst) return;
+    #pragma unroll
+    for (int a = 0; a < kRows; a++) {
+        if (first + a >= T) continue;
+        for (int r = 0; r < R; r++)
+            if (lane + 32 * r < HS) dst[((size_t)b * T + first + a) * C + h * HS + lane + 32 * r] += acc[a][r];
+    }
+}
+
 // The forward: a block holds 4 warps x 4 queries of one (b, h). Lane l scores key j0 + l against
 // its warp's queries, the warp updates each query's running max m and sum l and rescales its
 // output, then adds the tile's p_j z_j v_j.
@@ -419,17 +433,8 @@ flash_dkdv_kernel(float* dk, float* dv, const float* dout, const float* lse, con
         add_weighted_rows<R>(dva, ws[warp], dos, lane);
         add_weighted_rows<R>(dka, dss[warp], qs, lane);
     }
-    #pragma unroll
-    for (int a = 0; a < kRows; a++) {
-        const int j = jw + a;
-        if (j >= T) continue;
-        for (int r = 0; r < R; r++) {
-            if (lane + 32 * r >= HS) continue;
-            const size_t off = ((size_t)b * T + j) * C + h * HS + lane + 32 * r;
-            if (dk) dk[off] += dka[a][r];
-            if (dv) dv[off] += dva[a][r];
-        }
-    }
+    add_to_rows(dk, dka, jw, b, h, T, C, HS, lane);
+    add_to_rows(dv, dva, jw, b, h, T, C, HS, lane);
 }
 
 // dq: a block holds W warps x 4 queries of one (b, h); tiles of 32 keys (one per lane), each warp
@@ -477,13 +482,7 @@ flash_dq_kernel(float* dq, const float* dout, const float* lse, const float* D, 
         __syncwarp();  // the warp's weights are written
         add_weighted_rows<R>(dqa, dss[warp], ks, lane);
     }
-    #pragma unroll
-    for (int a = 0; a < kRows; a++) {
-        const int i = iw + a;
-        if (i >= T) continue;
-        for (int r = 0; r < R; r++)
-            if (lane + 32 * r < HS) dq[((size_t)b * T + i) * C + h * HS + lane + 32 * r] += dqa[a][r];
-    }
+    add_to_rows(dq, dqa, iw, b, h, T, C, HS, lane);
 }
 
 template <int HSP>

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# scripts/sanitize.sh — the CPU build under a sanitizer, and every CPU test run with it:
+#   scripts/sanitize.sh [address|thread] [build-dir]
+#   address (default): AddressSanitizer + UndefinedBehaviorSanitizer; thread: ThreadSanitizer
+# About 10 minutes on 2 cores; not part of scripts/test.sh. Tests that run the `pipetrain` CLI
+# run the sanitized binary, and a report written by such a child process (whose failure a test
+# may have expected) is caught too: every report goes to a file under build-dir/reports, and
+# any file there fails the script.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+KIND=${1:-address}
+case $KIND in
+    address) FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" ;;
+    thread) FLAGS="-fsanitize=thread" ;;
+    *) echo "sanitize: expected address or thread, got \"$KIND\"" >&2; exit 2 ;;
+esac
+B=${2:-build-$KIND}
+bash scripts/setup.sh
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_CUDA=OFF \
+    -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$FLAGS" >/dev/null || exit 1
+cmake --build "$B" -j"$(nproc)" || exit 1
+REPORTS=$(cd "$B" && pwd)/reports
+rm -rf "$REPORTS" && mkdir -p "$REPORTS"
+export ASAN_OPTIONS="log_path=$REPORTS/asan:detect_leaks=1"
+export UBSAN_OPTIONS="log_path=$REPORTS/ubsan:print_stacktrace=1"
+export TSAN_OPTIONS="log_path=$REPORTS/tsan:second_deadlock_stack=1"
+# The emulated GPU switches stacks by hand, which the sanitizers cannot follow.
+(cd "$B" && ctest --output-on-failure --timeout 1500 -j"$(nproc)" -E emulated_gpu)
+rc=$?
+if [ -n "$(ls -A "$REPORTS")" ]; then
+    head -n 40 "$REPORTS"/*
+    echo "sanitize: $(ls "$REPORTS" | wc -l) $KIND sanitizer report(s) in $REPORTS"
+    exit 1
+fi
+[ $rc = 0 ] && echo "sanitize: $KIND: every test passed, no sanitizer report"
+exit $rc

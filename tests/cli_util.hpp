@@ -16,9 +16,10 @@ struct Run {
     std::string out;   // stdout and stderr together
 };
 
-inline Run run_cli(const std::string& args) {
+// Runs a shell command line, capturing what it prints.
+inline Run run_command(const std::string& command) {
     Run r;
-    std::string cmd = std::string(PT_CLI) + " " + args + " 2>&1";
+    std::string cmd = command + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;
     char buf[4096];
@@ -28,6 +29,8 @@ inline Run run_cli(const std::string& args) {
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return r;
 }
+
+inline Run run_cli(const std::string& args) { return run_command(std::string(PT_CLI) + " " + args); }
 
 inline std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);

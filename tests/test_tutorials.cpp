@@ -1,0 +1,149 @@
+// The tutorials tell students what to look at ("bitwise equal", "the error is exactly 0", "the
+// bubble falls like the formula"). Each one runs here and what it claims is read back from its
+// output, so a change that breaks a claim fails a test instead of teaching something false.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <regex>
+#include <vector>
+
+#include "tests/cli_util.hpp"
+
+using namespace test;
+
+namespace {
+
+// The tutorials are built next to the pipetrain binary.
+Run run_tutorial(const std::string& name) {
+    std::string path = (std::filesystem::path(PT_CLI).parent_path() / ("tutorial_" + name)).string();
+    REQUIRE_MESSAGE(std::filesystem::exists(path), path << " is missing: build the tutorials");
+    Run r = run_command(path);
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    // Every tutorial says what to look at and ends with a question for the student.
+    std::string lower = r.out;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(lower.find("look at") != std::string::npos);
+    CHECK(lower.find("question") != std::string::npos);
+    return r;
+}
+
+// Every match of `pattern` in `text`: the captured groups of each, as numbers.
+std::vector<std::vector<double>> numbers(const std::string& text, const std::string& pattern) {
+    std::vector<std::vector<double>> all;
+    std::regex re(pattern);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it) {
+        std::vector<double> groups;
+        for (size_t i = 1; i < it->size(); i++) groups.push_back(std::stod((*it)[i].str()));
+        all.push_back(groups);
+    }
+    return all;
+}
+
+bool has(const std::string& text, const std::string& s) { return text.find(s) != std::string::npos; }
+
+// "<what>: bitwise equal", and no tensor reported as differing.
+void check_bitwise(const std::string& out, std::vector<std::string> what) {
+    for (const std::string& w : what) CHECK_MESSAGE(has(out, w + ": bitwise equal"), w);
+    CHECK(!has(out, "first differing tensor"));
+}
+
+}  // namespace
+
+TEST_CASE("01_gemm: the blocked kernel's error against the naive loop is exactly 0") {
+    Run r = run_tutorial("01_gemm");
+    auto errors = numbers(r.out, R"(max \|blocked - naive\| = ([0-9.e+-]+))");
+    CHECK(errors.size() == 12);
+    for (const auto& e : errors) CHECK(e[0] == 0.0);
+}
+
+TEST_CASE("02_layernorm: unit variance, rows of dinp summing to 0, analytic = numeric") {
+    Run r = run_tutorial("02_layernorm");
+    for (const auto& v : numbers(r.out, R"(out has mean ([0-9.e+-]+), variance ([0-9.e+-]+))")) {
+        CHECK(std::abs(v[0]) < 1e-6);
+        CHECK(v[1] == doctest::Approx(1.0).epsilon(1e-4));
+    }
+    auto fd = numbers(r.out, R"(d\w+\[\d\]\s+([0-9.e+-]+)\s+([0-9.e+-]+))");
+    CHECK(fd.size() == 5);
+    for (const auto& v : fd) CHECK(v[0] == doctest::Approx(v[1]).epsilon(1e-3));
+}
+
+TEST_CASE("03_attention: no gradient into padding keys; flash = unfused") {
+    Run r = run_tutorial("03_attention");
+    CHECK(has(r.out, "sum |dk| + |dv| over the padding keys = 0\n"));
+    CHECK(has(r.out, "max |out_flash - out| = 0,"));
+    auto fd = numbers(r.out, R"(d[qkv]: max \|analytic - numeric\| = ([0-9.e+-]+))");
+    CHECK(fd.size() == 3);
+    for (const auto& v : fd) CHECK(v[0] < 1e-4);
+}
+
+TEST_CASE("04_train_one_device: the loss falls") {
+    Run r = run_tutorial("04_train_one_device");
+    auto loss = numbers(r.out, R"(\nloss ([0-9.]+) -> ([0-9.]+))");
+    REQUIRE(loss.size() == 1);
+    CHECK(loss[0][1] < loss[0][0] - 0.5);
+}
+
+TEST_CASE("05_model_parallel: two stages give one device's bits") {
+    Run r = run_tutorial("05_model_parallel");
+    check_bitwise(r.out, {"gradients", "parameters"});
+    CHECK(has(r.out, "simulated bubble 50%"));
+}
+
+TEST_CASE("06_gpipe: the simulated bubble is (P-1)/(M+P-1)") {
+    Run r = run_tutorial("06_gpipe");
+    auto rows = numbers(r.out, R"(\n\s+(\d+)\s+\d+ \|\s+([0-9.]+)%\s+([0-9.]+)%)");
+    CHECK(rows.size() == 4);
+    for (const auto& v : rows) {
+        CHECK(v[1] == doctest::Approx(100.0 / (v[0] + 1)).epsilon(1e-3));   // P = 2
+        CHECK(v[2] == v[1]);
+    }
+}
+
+TEST_CASE("07_1f1b: P - rank live micro-batches, same bits as GPipe") {
+    Run r = run_tutorial("07_1f1b");
+    CHECK(has(r.out, "gpipe: makespan 33, bubble 27.3%, live micro-batches per rank: 8 8 8 8"));
+    CHECK(has(r.out, "1f1b: makespan 33, bubble 27.3%, live micro-batches per rank: 4 3 2 1"));
+    check_bitwise(r.out, {"parameters"});
+}
+
+TEST_CASE("08_recompute: recomputation changes no bit") {
+    Run r = run_tutorial("08_recompute");
+    auto loss = numbers(r.out, R"(loss: none ([0-9.]+), full ([0-9.]+))");
+    REQUIRE(loss.size() == 1);
+    CHECK(loss[0][0] == loss[0][1]);
+    check_bitwise(r.out, {"gradients", "parameters"});
+}
+
+TEST_CASE("09_grad_accum_and_dp: accumulation and data parallelism differ by rounding only") {
+    Run r = run_tutorial("09_grad_accum_and_dp");
+    auto rel = numbers(r.out, R"(relative difference ([0-9.e+-]+))");
+    CHECK(rel.size() == 3);
+    for (const auto& v : rel) CHECK(v[0] < 1e-6);
+}
+
+TEST_CASE("10_interleaved_zero_bubble: simulated bubbles equal the formulas") {
+    Run r = run_tutorial("10_interleaved_zero_bubble");
+    auto sim = numbers(r.out, R"((?:1f1b|interleaved V=2|zb-h1): makespan [0-9.]+, bubble ([0-9.]+)%)");
+    auto formulas = numbers(r.out, R"(formulas: \(P-1\)/\(M\+P-1\) = ([0-9.]+)%, \(P-1\)/\(V\*M\+P-1\) = ([0-9.]+)%, )"
+                                   R"(\(P-1\)/\(3M\+P-1\) = ([0-9.]+)%)");
+    REQUIRE(sim.size() == 3);
+    REQUIRE(formulas.size() == 1);
+    for (int i = 0; i < 3; i++) CHECK(sim[i][0] == formulas[0][i]);
+    CHECK(formulas[0][0] == doctest::Approx(20.0));   // P = 2, M = 4
+}
+
+TEST_CASE("11_ernie: the fine-tuned classifier beats chance") {
+    Run r = run_tutorial("11_ernie");
+    auto acc = numbers(r.out, R"(done: .* accuracy ([0-9.]+))");
+    REQUIRE(acc.size() == 1);
+    CHECK(acc[0][0] > 0.6);
+}
+
+TEST_CASE("12_gpu_pipeline: runs, on a GPU or on CPU threads standing in for one") {
+    Run r = run_tutorial("12_gpu_pipeline");
+    if (has(r.out, "no CUDA device here")) MESSAGE("no GPU: steps 2 and 4 (CPU vs GPU, GPU bits) were skipped");
+    else CHECK(has(r.out, "  parameters: bitwise equal"));   // step 4: two GPU runs
+    CHECK(has(r.out, "wrote runs/tutorial12/timeline.json"));
+}

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -55,7 +56,7 @@ long long Args::integer(const std::string& flag, long long fallback, long long m
     return v;
 }
 
-double Args::real(const std::string& flag, double fallback) const {
+double Args::real(const std::string& flag, double fallback, double min, double max) const {
     auto it = values_.find(flag);
     if (it == values_.end()) return fallback;
     char* end = nullptr;
@@ -63,6 +64,12 @@ double Args::real(const std::string& flag, double fallback) const {
     double v = std::strtod(it->second.c_str(), &end);
     if (it->second.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
         throw std::runtime_error(flag + ": expected a number, got \"" + it->second + "\"");
+    if (v < min || v > max) {
+        char range[96];
+        if (max == HUGE_VAL) std::snprintf(range, sizeof range, "at least %g", min);
+        else std::snprintf(range, sizeof range, "between %g and %g", min, max);
+        throw std::runtime_error(flag + ": must be " + range + ", got " + it->second);
+    }
     return v;
 }
 

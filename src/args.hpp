@@ -1,6 +1,7 @@
 // src/args.hpp — the CLI's flag parser: --name value pairs, boolean flags, positionals.
 // Every mistake is a one-line error naming the flag and what was expected.
 #pragma once
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -18,7 +19,7 @@ class Args {
     std::string required(const std::string& flag) const;
     long long integer(const std::string& flag, long long fallback, long long min = 0,
                       long long max = 1LL << 40) const;
-    double real(const std::string& flag, double fallback) const;
+    double real(const std::string& flag, double fallback, double min = -HUGE_VAL, double max = HUGE_VAL) const;
     const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -118,7 +118,7 @@ int generate_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"});
     LoadedModel m = load(a.required("--model"));
     int n_new = int(a.integer("--tokens", 32, 1, 4096)), top_k = int(a.integer("--top-k", 8, 1, 1 << 20));
-    double temperature = a.real("--temperature", 0.8);
+    double temperature = a.real("--temperature", 0.8, 0);
     uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;
     std::vector<int32_t> ids = {m.tok->cls_id()};
     for (int32_t id : m.tok->encode(a.required("--prompt"))) ids.push_back(id);

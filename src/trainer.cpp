@@ -597,13 +597,13 @@ int train_main(const std::vector<std::string>& argv) {
     w.V = int(a.integer("--chunks", 1, 1, 64));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
     w.threads = int(a.integer("--threads", 1, 1, 256));
-    w.lr = a.real("--lr", 1e-3);
-    w.clip = a.real("--clip", 1.0);
-    w.weight_decay = a.real("--weight-decay", 0.01);
+    w.lr = a.real("--lr", 1e-3, 0);
+    w.clip = a.real("--clip", 1.0, 1e-6);
+    w.weight_decay = a.real("--weight-decay", 0.01, 0);
     w.warmup = int(a.integer("--warmup", std::max(1, w.steps / 10), 1, 1 << 30));
     w.dump_grads = a.str("--dump-grads");
     w.eval_every = int(a.integer("--eval-every", s.cfg.num_labels > 0 ? std::max(1, w.steps / 5) : 0, 0, 1 << 30));
-    double timeout = a.real("--timeout", 120.0);
+    double timeout = a.real("--timeout", 120.0, 1e-3);
     bool fixed = s.train.empty() && s.examples.empty();
     s.B = fixed ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
     if (fixed && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
@@ -661,7 +661,7 @@ int train_main(const std::vector<std::string>& argv) {
     w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", a.str("--objective", "mlm")},
                {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay}};
     if (a.has("--resume")) load_resume_state(w, a.str("--resume"));
-    if (w.save_every > 0) {
+    {   // before training, so that an --out that cannot be written fails now, not after the run
         std::error_code ec;
         std::filesystem::create_directories(w.out, ec);
         if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");

@@ -92,6 +92,8 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --schedule fast", "--schedule"},
         {"train --preset tiny --data " + kSample + " --seq 1000", "--seq"},
         {"train --preset tiny --data " + kSample + " --frobnicate 3", "--frobnicate"},
+        {"train --preset tiny --data " + kSample + " --lr -1e-3", "--lr: must be at least 0"},
+        {"train --preset tiny --data " + kSample + " --timeout 0", "--timeout"},
         {"eval --model /no/such/dir --data " + kSample, "/no/such/dir"},
     };
     for (const Case& c : cases) {
@@ -103,4 +105,10 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
         CHECK(!fs::exists(out));
     }
+    // An --out that cannot be created fails before the first step, not after the whole run.
+    Run r = run_cli("train --preset tiny --data " + kSample + " --out /dev/null/model");
+    CAPTURE(r.out);
+    CHECK(r.code != 0);
+    CHECK(r.out.find("--out: cannot create /dev/null/model") != std::string::npos);
+    CHECK(r.out.find("step 1/") == std::string::npos);
 }

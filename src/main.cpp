@@ -21,7 +21,7 @@ const char* kUsage =
     "             --stages P --micro-batches M --batch B --seq L --schedule gpipe|1f1b|interleaved|zb-h1\n"
     "             [--chunks V] --recompute none|full --steps N --lr X --seed S --dropout P --threads T\n"
     "             --dp D --objective mlm|causal --trace F.json --dump-grads F.safetensors\n"
-    "             --partition params|time|uniform [--task classify --labels N --eval DEV.tsv]\n"
+    "             --partition params|time|memory|uniform [--task classify --labels N --eval DEV.tsv]\n"
     "             [--save-every K --keep K] [--resume OUT/checkpoint-N] [--save-format hf|paddle]\n"
     "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
@@ -30,7 +30,7 @@ const char* kUsage =
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
     "  schedule   --stages P --micro-batches M --schedule S [--chunks V] [--costs f,bi,bw,comm] [--trace F]\n"
-    "  partition  (--model DIR | --preset NAME) --stages P [--by time|params]\n"
+    "  partition  (--model DIR | --preset NAME) --stages P [--by time|params|memory]\n"
     "  bench-pipeline [--preset NAME] [--batch B] [--seq L] [--micro-batches M] [--stages 1,2,4]\n"
     "             [--schedules gpipe,1f1b,zb-h1] [--steps N] [--reps N]   measured vs simulated makespan\n";
 

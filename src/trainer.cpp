@@ -160,14 +160,30 @@ pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
     throw std::runtime_error("--schedule: expected gpipe, 1f1b, interleaved or zb-h1, got \"" + name + "\"");
 }
 
+// Per-layer costs for partitioning (see layer_costs). With "memory", `cost` is the stash one
+// micro-batch leaves in the layer and `weights` the bytes of its parameters, gradients and AdamW
+// moments; stage i of 1F1B holds its weights and up to P - i stashes.
+struct LayerCosts {
+    std::string by;
+    std::vector<double> cost, weights;
+    double stage_cost(int stage, int P, int begin, int end) const {
+        double sum = 0;
+        for (int l = begin; l < end; l++) sum += by == "memory" ? weights[l] + (P - stage) * cost[l] : cost[l];
+        return sum;
+    }
+};
+
 // chunk_layers[rank][chunk] = layer indices. Virtual stage s = chunk * P + rank.
-std::vector<std::vector<std::vector<int>>> split_layers(const std::vector<double>& costs, int P, int V) {
-    int S = P * V, L = int(costs.size());
+std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs, int P, int V) {
+    int S = P * V, L = int(costs.cost.size());
     if (S > L)
         throw std::runtime_error("--stages: " + std::to_string(P) + " stages × " + std::to_string(V) +
                                  " chunks need at least " + std::to_string(S) + " layers, the model has " +
                                  std::to_string(L) + " (embedding + blocks + head)");
-    std::vector<int> bounds = pp::partition(costs, S);
+    if (costs.by == "memory" && V > 1)
+        throw std::runtime_error("--partition memory: balances 1F1B's in-flight stashes, not those of --chunks > 1");
+    std::vector<int> bounds = costs.by == "memory" ? pp::partition_memory(costs.weights, costs.cost, P)
+                                                   : pp::partition(costs.cost, S);
     std::vector<std::vector<std::vector<int>>> out(P, std::vector<std::vector<int>>(V));
     for (int s = 0; s < S; s++)
         for (int l = bounds[s]; l < bounds[s + 1]; l++) out[s % P][s / P].push_back(l);
@@ -175,18 +191,22 @@ std::vector<std::vector<std::vector<int>>> split_layers(const std::vector<double
 }
 
 // Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
-// backward on one micro-batch of B×T) or "uniform".
-std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {}) {
+// backward on one micro-batch of B×T), "memory" (bytes, as LayerCosts says) or "uniform".
+LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {}) {
     int L = num_model_layers(cfg);
-    std::vector<double> costs(L, 1.0);
+    LayerCosts costs{by, std::vector<double>(L, 1.0), {}};
     if (by == "uniform") return costs;
+    if (by == "params" || by == "memory")
+        for (int i = 0; i < L; i++) costs.weights.push_back(double(make_layer(cfg, i)->params.size()));
     if (by == "params") {
-        for (int i = 0; i < L; i++) costs[i] = double(make_layer(cfg, i)->params.size());
+        costs.cost = costs.weights;
         return costs;
     }
-    if (by != "time") throw std::runtime_error("--partition/--by: expected time, params or uniform, got \"" + by + "\"");
+    if (by != "time" && by != "memory")
+        throw std::runtime_error("--partition/--by: expected time, params, memory or uniform, got \"" + by + "\"");
+    for (double& w : costs.weights) w *= 4 * sizeof(float);   // parameter, gradient, two AdamW moments
     // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
-    // device the run will use.
+    // device the run will use; the stash a forward leaves is the layer's activation memory.
     Device caller = current_device();
     set_device(device);
     Batch b = synthetic_batch(cfg, B, T);
@@ -207,12 +227,13 @@ std::vector<double> layer_costs(const ModelConfig& cfg, const std::string& by, i
             auto t0 = Clock::now();
             Buf out(l->out_numel(B, T));
             auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
+            if (by == "memory") costs.cost[i] = double(s->bytes());
             l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
             l->backward_weight(*s, mb, opt);
             synchronize();
             best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
         }
-        costs[i] = best;
+        if (by == "time") costs.cost[i] = best;
     }
     set_device(caller);
     return costs;
@@ -811,12 +832,17 @@ int partition_main(const std::vector<std::string>& argv) {
                                        : ModelConfig::preset(a.str("--preset", "tiny"));
     int P = int(a.integer("--stages", 4, 1, 64));
     std::string by = a.str("--by", "time");
-    std::vector<double> costs = layer_costs(cfg, by, int(a.integer("--batch", 4, 1, 4096)), int(a.integer("--seq", 64, 3, 1 << 16)));
+    LayerCosts costs = layer_costs(cfg, by, int(a.integer("--batch", 4, 1, 4096)), int(a.integer("--seq", 64, 3, 1 << 16)));
     auto split = split_layers(costs, P, 1);
     for (int p = 0; p < P; p++) {
-        double sum = 0;
-        for (int l : split[p][0]) sum += costs[l];
-        std::printf("stage %d: layers %d..%d  cost %.4g\n", p, split[p][0].front(), split[p][0].back(), sum);
+        int first = split[p][0].front(), last = split[p][0].back();
+        std::printf("stage %d: layers %d..%d  cost %.4g", p, first, last, costs.stage_cost(p, P, first, last + 1));
+        if (by == "memory") {   // the two parts: weights, and the stash of one micro-batch times P - p
+            double weights = 0, stash = 0;
+            for (int l = first; l <= last; l++) weights += costs.weights[l], stash += costs.cost[l];
+            std::printf(" bytes = weights %.0f + %d × stash %.0f", weights, P - p, stash);
+        }
+        std::printf("\n");
     }
     return 0;
 }

@@ -78,6 +78,52 @@ TEST_CASE("--dump-grads writes the first step's gradients under the model's name
     CHECK(sum > 0);
 }
 
+TEST_CASE("--partition memory: the split `partition --by memory` prints, and 1F1B's in-flight stashes are real") {
+    // The tiny preset and the fixture's 3 rows of 16 tokens: 3 micro-batches of 1 row.
+    const int P = 4, M = 3;
+    Run part = run_cli("partition --preset tiny --stages 4 --by memory --batch 1 --seq 16");
+    REQUIRE_MESSAGE(part.code == 0, part.out);
+    CAPTURE(part.out);
+    std::istringstream lines(part.out);
+    std::string line, split;
+    std::vector<double> stash;
+    int next_layer = 0;
+    while (std::getline(lines, line)) {
+        int p, first, last, factor;
+        double cost, weights, s;
+        REQUIRE(std::sscanf(line.c_str(), "stage %d: layers %d..%d  cost %lf bytes = weights %lf + %d × stash %lf", &p,
+                            &first, &last, &cost, &weights, &factor, &s) == 7);
+        CHECK(first == next_layer);   // contiguous, in order
+        CHECK(factor == P - p);
+        CHECK(cost == doctest::Approx(weights + factor * s).epsilon(1e-3));
+        next_layer = last + 1;
+        stash.push_back(s);
+        split += " [";
+        for (int l = first; l <= last; l++) split += (l > first ? " " : "") + std::to_string(l);
+        split += "]";
+    }
+    REQUIRE(stash.size() == size_t(P));
+    CHECK(next_layer == 6);   // embedding, 4 blocks, head
+    Run r = run_cli("train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") + " --out " +
+                    temp_dir("memsplit") + " --stages 4 --micro-batches 3 --schedule 1f1b --partition memory --steps 1");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    CAPTURE(r.out);
+    std::istringstream out(r.out);
+    std::string trained, peaks;
+    while (std::getline(out, line)) {
+        if (line.rfind("  stage ", 0) == 0) trained += line.substr(line.find(':') + 1);
+        if (line.rfind("peak stash bytes per stage:", 0) == 0) peaks = line.substr(27);
+    }
+    CHECK(trained == split);
+    // Stage p of 1F1B stashes min(P - p, M) micro-batches at once, each the size measured above.
+    std::istringstream measured(peaks);
+    for (int p = 0; p < P; p++) {
+        double peak = -1;
+        measured >> peak;
+        CHECK(peak >= std::min(P - p, M) * stash[p]);
+    }
+}
+
 TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     std::string out = temp_dir("bad");
     fs::remove_all(out);

@@ -37,11 +37,18 @@ LoadedModel load(const std::string& dir) {
     return m;
 }
 
+// The model has max_position_embeddings positions: an input that leaves fewer than `room` of them
+// free is an error naming `what`.
+void check_length(const LoadedModel& m, const std::vector<int32_t>& ids, const std::string& what, int room = 0) {
+    if (int(ids.size()) + room > m.cfg.max_position_embeddings)
+        throw std::runtime_error(what + ": " + std::to_string(ids.size()) + " tokens, special ones included; the model reads at most " +
+                                 std::to_string(m.cfg.max_position_embeddings) + " (max_position_embeddings)");
+}
+
 // Logits (T, V) of one sequence at every position.
 std::vector<float> logits_of(const LoadedModel& m, const std::vector<int32_t>& ids, bool causal) {
     Batch b;
     b.B = 1, b.T = int(ids.size());
-    if (b.T > m.cfg.max_position_embeddings) throw std::runtime_error("text longer than max_position_embeddings");
     b.input_ids = ids;
     b.token_type_ids.assign(ids.size(), 0), b.attention_mask.assign(ids.size(), 1), b.targets.assign(ids.size(), kIgnore);
     MicroBatch mb = b.rows(0, 1);
@@ -98,6 +105,7 @@ int fill_mask_main(const std::vector<std::string>& argv) {
     std::vector<int32_t> ids = {m.tok->cls_id()};
     for (int32_t id : m.tok->encode(a.positional()[0])) ids.push_back(id);
     ids.push_back(m.tok->sep_id());
+    check_length(m, ids, "TEXT");
     std::vector<float> logits = logits_of(m, ids, false);
     int V = m.cfg.vocab_size, n_masks = 0;
     for (size_t t = 0; t < ids.size(); t++) {
@@ -122,6 +130,7 @@ int generate_main(const std::vector<std::string>& argv) {
     uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;
     std::vector<int32_t> ids = {m.tok->cls_id()};
     for (int32_t id : m.tok->encode(a.required("--prompt"))) ids.push_back(id);
+    check_length(m, ids, "--prompt", 1);   // and one position for the first new token
     std::vector<std::string> pieces;
     for (size_t i = 1; i < ids.size(); i++) pieces.push_back(m.tok->token(ids[i]));
     int V = m.cfg.vocab_size;

@@ -46,6 +46,12 @@ TEST_CASE("fill-mask: a model trained on one sentence fills its mask") {
     Run none = run_cli("fill-mask --model " + out + " 今天天气很好");
     CHECK(none.code != 0);
     CHECK(none.out.find("no [MASK]") != std::string::npos);
+    // The tiny preset has 128 positions: 130 characters + [CLS] + [SEP] do not fit.
+    std::string long_text;
+    for (int i = 0; i < 130; i++) long_text += i == 5 ? "[MASK]" : "天";
+    Run too_long = run_cli("fill-mask --model " + out + " " + long_text);
+    CHECK(too_long.code != 0);
+    CHECK(too_long.out.find("TEXT: 132 tokens, special ones included; the model reads at most 128") != std::string::npos);
 }
 
 TEST_CASE("generate: a causal model continues the sentence it learned") {
@@ -59,4 +65,10 @@ TEST_CASE("generate: a causal model continues the sentence it learned") {
     Run bad = run_cli("generate --model /no/such/model --prompt x");
     CHECK(bad.code != 0);
     CHECK(bad.out.find("/no/such/model") != std::string::npos);
+    // [CLS] + 127 characters fill the 128 positions: no room for a new token.
+    std::string prompt;
+    for (int i = 0; i < 127; i++) prompt += "天";
+    Run full = run_cli("generate --model " + out + " --prompt " + prompt + " --tokens 1");
+    CHECK(full.code != 0);
+    CHECK(full.out.find("--prompt: 128 tokens, special ones included; the model reads at most 128") != std::string::npos);
 }

@@ -436,18 +436,24 @@ int tokenize_main(const std::vector<std::string>& argv) {
     }
 }
 
+std::vector<std::string> build_vocab_file(const std::string& path, size_t max_size) {
+    std::vector<std::string> lines = read_lines(path), vocab;
+    try {
+        vocab = build_vocab(lines, max_size);
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(path + " " + e.what());   // "F line 3: invalid UTF-8 at byte 5 ..."
+    }
+    if (vocab.size() == 5 && max_size > 5) fail(path, "no words to build a vocabulary from");   // specials alone
+    return vocab;
+}
+
 int vocab_main(const std::vector<std::string>& argv) {
     try {
         Args a(argv, {"--data", "--out", "--size"});
         std::string data = a.required("--data"), out_path = a.required("--out");
         // 8000 is enough for the Chinese poems of the labs with room for words.
         size_t size = size_t(a.integer("--size", 8000, 5, 10000000));
-        std::vector<std::string> vocab;
-        try {
-            vocab = build_vocab(read_lines(data), size);
-        } catch (const std::runtime_error& e) {
-            throw std::runtime_error(data + " " + e.what());   // "F line 3: invalid UTF-8 at byte 5 ..."
-        }
+        std::vector<std::string> vocab = build_vocab_file(data, size);
         std::string text;
         for (const std::string& t : vocab) text += t + '\n';
         write_file_atomic(out_path, text);

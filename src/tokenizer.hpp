@@ -67,6 +67,9 @@ class Tokenizer {
 // two or more characters; each group by frequency, ties by string; at most max_size tokens.
 // Deterministic. Throws on invalid UTF-8, naming the 1-based line.
 std::vector<std::string> build_vocab(const std::vector<std::string>& lines, size_t max_size);
+// build_vocab over the lines of a file; errors name it ("F line 3: ..."), and a file without a
+// single word is an error too.
+std::vector<std::string> build_vocab_file(const std::string& path, size_t max_size);
 
 // The CLI commands; args are the words after the command name. Return the exit code:
 // 0 on success, 2 (after a one-line error on stderr) on bad flags, files or input.

@@ -99,7 +99,7 @@ Setup make_setup(const Args& a, bool training) {
         if (has_data) {
             // A preset trained on a corpus gets a vocabulary built from that corpus.
             int max_vocab = int(a.integer("--vocab-size", s.cfg.vocab_size, 16, 1 << 20));
-            s.vocab = build_vocab(read_lines(a.str("--data")), size_t(max_vocab));
+            s.vocab = build_vocab_file(a.str("--data"), size_t(max_vocab));
             tok = std::make_unique<Tokenizer>(s.vocab, a.str("--data") + " (built vocab)");
             s.cfg.vocab_size = int(s.vocab.size());
         }

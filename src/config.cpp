@@ -104,6 +104,10 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
     get_float("layer_norm_eps", c.layer_norm_eps);
     get_float("hidden_dropout_prob", c.hidden_dropout_prob);
     get_float("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+    if (j.contains("is_decoder")) {
+        if (!j["is_decoder"].is_boolean()) throw std::runtime_error(source + ": \"is_decoder\" must be true/false");
+        c.is_decoder = j["is_decoder"].get<bool>();
+    }
     if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
         throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
     bool classifier = false;
@@ -120,7 +124,8 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
 ModelConfig ModelConfig::from_json_file(const std::string& path) { return from_json_string(read_file(path), path); }
 
 std::string ModelConfig::to_json_string() const {
-    json j = {{"architectures", {num_labels > 0 ? "ErnieForSequenceClassification" : "ErnieForMaskedLM"}},
+    const char* arch = num_labels > 0 ? "ErnieForSequenceClassification" : is_decoder ? "ErnieForCausalLM" : "ErnieForMaskedLM";
+    json j = {{"architectures", {arch}}, {"is_decoder", is_decoder},
               {"model_type", "ernie"}, {"vocab_size", vocab_size}, {"hidden_size", hidden_size},
               {"num_hidden_layers", num_hidden_layers}, {"num_attention_heads", num_attention_heads},
               {"intermediate_size", intermediate_size}, {"hidden_act", hidden_act},

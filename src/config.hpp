@@ -19,6 +19,7 @@ struct ModelConfig {
     float layer_norm_eps = 1e-12f;
     int pad_token_id = 0;
     int num_labels = 0;              // > 0: a sequence classifier head instead of the MLM head
+    bool is_decoder = false;         // trained with the causal objective (ErnieForCausalLM)
     float hidden_dropout_prob = 0.1f;
     float attention_probs_dropout_prob = 0.1f;
 

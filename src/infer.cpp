@@ -25,10 +25,16 @@ struct LoadedModel {
     std::vector<Layer*> layers;
 };
 
-LoadedModel load(const std::string& dir) {
+// `causal`: the command needs a model trained with --objective causal (is_decoder in its config).
+LoadedModel load(const std::string& dir, bool causal) {
     LoadedModel m;
     m.cfg = load_model_config(dir);
     if (m.cfg.num_labels > 0) throw std::runtime_error(dir + ": a classifier has no language-model head");
+    if (m.cfg.is_decoder != causal)
+        throw std::runtime_error(dir + ": " +
+                                 (causal ? "a masked LM (config.json has no \"is_decoder\": true); generate needs a model "
+                                           "trained with --objective causal"
+                                         : "a causal LM (config.json has \"is_decoder\": true); fill-mask needs a masked LM"));
     m.tok = std::make_unique<Tokenizer>(Tokenizer::from_file(dir + "/vocab.txt"));
     if (int(m.tok->size()) > m.cfg.vocab_size)
         throw std::runtime_error(dir + "/vocab.txt: more tokens than the model's vocab_size");
@@ -100,7 +106,7 @@ std::string detokenize(const std::vector<std::string>& pieces) {
 int fill_mask_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--top"});
     if (a.positional().size() != 1) throw std::runtime_error("usage: pipetrain fill-mask --model DIR TEXT (TEXT holds [MASK])");
-    LoadedModel m = load(a.required("--model"));
+    LoadedModel m = load(a.required("--model"), false);
     int top = int(a.integer("--top", 5, 1, 100));
     std::vector<int32_t> ids = {m.tok->cls_id()};
     for (int32_t id : m.tok->encode(a.positional()[0])) ids.push_back(id);
@@ -124,7 +130,7 @@ int fill_mask_main(const std::vector<std::string>& argv) {
 
 int generate_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"});
-    LoadedModel m = load(a.required("--model"));
+    LoadedModel m = load(a.required("--model"), true);
     int n_new = int(a.integer("--tokens", 32, 1, 4096)), top_k = int(a.integer("--top-k", 8, 1, 1 << 20));
     double temperature = a.real("--temperature", 0.8, 0);
     uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;

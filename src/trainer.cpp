@@ -78,7 +78,6 @@ void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& sour
 
 Setup make_setup(const Args& a, bool training) {
     Setup s;
-    s.objective = parse_objective(a.str("--objective", "mlm"));
     s.seed = uint64_t(a.integer("--seed", 1234, 0, (1LL << 62)));
     s.T = int(a.integer("--seq", 64, 3, 1 << 16));
     bool has_data = a.has("--data"), has_inputs = a.has("--inputs");
@@ -105,6 +104,9 @@ Setup make_setup(const Args& a, bool training) {
         }
     }
     if (s.vocab.empty()) s.vocab = placeholder_vocab(s.cfg.vocab_size);
+    // A causal model says so in its config.json (is_decoder), so eval and a further run default to it.
+    s.objective = parse_objective(a.str("--objective", s.cfg.is_decoder ? "causal" : "mlm"));
+    s.cfg.is_decoder = s.objective == Objective::causal;
     bool classify = a.str("--task", s.cfg.num_labels > 0 ? "classify" : "lm") == "classify";
     if (a.has("--task") && a.str("--task") != "classify" && a.str("--task") != "lm")
         throw std::runtime_error("--task: expected lm or classify, got \"" + a.str("--task") + "\"");
@@ -679,7 +681,7 @@ int train_main(const std::vector<std::string>& argv) {
     w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
-    w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", a.str("--objective", "mlm")},
+    w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", s.cfg.is_decoder ? "causal" : "mlm"},
                {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay}};
     if (a.has("--resume")) load_resume_state(w, a.str("--resume"));
     {   // before training, so that an --out that cannot be written fails now, not after the run

@@ -52,6 +52,9 @@ TEST_CASE("fill-mask: a model trained on one sentence fills its mask") {
     Run too_long = run_cli("fill-mask --model " + out + " " + long_text);
     CHECK(too_long.code != 0);
     CHECK(too_long.out.find("TEXT: 132 tokens, special ones included; the model reads at most 128") != std::string::npos);
+    Run wrong = run_cli("generate --model " + out + " --prompt 今天");   // a masked LM cannot continue text
+    CHECK(wrong.code != 0);
+    CHECK(wrong.out.find("generate needs a model trained with --objective causal") != std::string::npos);
 }
 
 TEST_CASE("generate: a causal model continues the sentence it learned") {
@@ -70,5 +73,8 @@ TEST_CASE("generate: a causal model continues the sentence it learned") {
     for (int i = 0; i < 127; i++) prompt += "天";
     Run full = run_cli("generate --model " + out + " --prompt " + prompt + " --tokens 1");
     CHECK(full.code != 0);
+    Run wrong = run_cli("fill-mask --model " + out + " 今天天气[MASK]好");
+    CHECK(wrong.code != 0);
+    CHECK(wrong.out.find("fill-mask needs a masked LM") != std::string::npos);
     CHECK(full.out.find("--prompt: 128 tokens, special ones included; the model reads at most 128") != std::string::npos);
 }

@@ -52,6 +52,7 @@ TEST_CASE("corpus training (causal) saves a model directory that reloads and sco
     for (const char* f : {"config.json", "vocab.txt", "model.safetensors"}) CHECK(fs::exists(out + "/" + f));
     pt::ModelConfig cfg = pt::ModelConfig::from_json_file(out + "/config.json");
     CHECK(cfg.hidden_size == 64);
+    CHECK(cfg.is_decoder);   // config.json says causal (Hugging Face's ErnieForCausalLM)
     pt::st::File model = pt::st::read(out + "/model.safetensors");
     CHECK(model.find("ernie.embeddings.word_embeddings.weight"));
     CHECK(model.find("cls.predictions.decoder.weight") == nullptr);   // tied: not saved
@@ -62,6 +63,10 @@ TEST_CASE("corpus training (causal) saves a model directory that reloads and sco
         REQUIRE_MESSAGE(e.code == 0, e.out);
         CHECK(value_after(e.out, "eval loss ") == trained);
     }
+    // Without --objective, eval takes the objective from config.json.
+    Run e = run_cli("eval --model " + out + " --data " + kSample + " --seq 16 --seed 7");
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    CHECK(value_after(e.out, "eval loss ") == trained);
 }
 
 TEST_CASE("--dump-grads writes the first step's gradients under the model's names") {

@@ -104,9 +104,6 @@ Setup make_setup(const Args& a, bool training) {
         }
     }
     if (s.vocab.empty()) s.vocab = placeholder_vocab(s.cfg.vocab_size);
-    // A causal model says so in its config.json (is_decoder), so eval and a further run default to it.
-    s.objective = parse_objective(a.str("--objective", s.cfg.is_decoder ? "causal" : "mlm"));
-    s.cfg.is_decoder = s.objective == Objective::causal;
     bool classify = a.str("--task", s.cfg.num_labels > 0 ? "classify" : "lm") == "classify";
     if (a.has("--task") && a.str("--task") != "classify" && a.str("--task") != "lm")
         throw std::runtime_error("--task: expected lm or classify, got \"" + a.str("--task") + "\"");
@@ -119,6 +116,12 @@ Setup make_setup(const Args& a, bool training) {
         s.cfg.num_labels = labels;
         if (!has_data) throw std::runtime_error("--data: --task classify reads a TSV (label<TAB>text_a)");
     }
+    // A causal model says so in its config.json (is_decoder), so eval and a further run default to
+    // it. A classifier never is one: it reads [CLS], which a causal mask would hide from the text.
+    s.objective = parse_objective(a.str("--objective", s.cfg.is_decoder && !classify ? "causal" : "mlm"));
+    if (classify && s.objective == Objective::causal)
+        throw std::runtime_error("--objective causal: a classifier reads [CLS], which a causal mask hides from the text");
+    s.cfg.is_decoder = s.objective == Objective::causal;
     if (a.has("--dropout")) {
         double p = a.real("--dropout", 0);
         if (!(p >= 0 && p < 1)) throw std::runtime_error("--dropout: expected a probability in [0, 1)");

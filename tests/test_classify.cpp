@@ -51,6 +51,25 @@ TEST_CASE("fine-tuning starts from a model directory and gives the same bits for
     }
 }
 
+TEST_CASE("a classifier fine-tuned from a causal model attends both ways") {
+    // The base's config.json says is_decoder; the classifier must not inherit the causal mask,
+    // which would hide the text from [CLS]: the default gives the bits of --objective mlm.
+    std::string base = temp_dir("causal-base");
+    Run pre = run_cli("train --preset tiny --data " + kTrain + " --out " + base + " --steps 2 --batch 8 --seq 32 --objective causal");
+    REQUIRE_MESSAGE(pre.code == 0, pre.out);
+    REQUIRE(pt::ModelConfig::from_json_file(base + "/config.json").is_decoder);
+    std::string a = temp_dir("ft-default"), b = temp_dir("ft-mlm");
+    Run ra = run_cli("train --model " + base + " --steps 2 --out " + a + kFlags);
+    Run rb = run_cli("train --model " + base + " --steps 2 --objective mlm --out " + b + kFlags);
+    REQUIRE_MESSAGE(ra.code == 0, ra.out);
+    REQUIRE_MESSAGE(rb.code == 0, rb.out);
+    CHECK(read_file(a + "/model.safetensors") == read_file(b + "/model.safetensors"));
+    CHECK(!pt::ModelConfig::from_json_file(a + "/config.json").is_decoder);
+    Run bad = run_cli("train --model " + base + " --steps 2 --objective causal --out " + temp_dir("ft-bad") + kFlags);
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("--objective causal: a classifier reads [CLS]") != std::string::npos);
+}
+
 TEST_CASE("classification input errors are one line") {
     std::string out = temp_dir("clsbad");
     std::string bad_tsv = out + "/bad.tsv";

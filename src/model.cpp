@@ -32,12 +32,6 @@ void Stash::unpack() {
     packed_.clear();
 }
 
-float* Layer::param(const std::string& name) {
-    for (const ParamInfo& p : params_info)
-        if (p.name == name) return params.data() + p.offset;
-    throw std::runtime_error("no parameter named " + name);
-}
-
 size_t Layer::add_param(const std::string& name, std::vector<int64_t> shape, bool decay) {
     ParamInfo p;
     p.name = name;

@@ -85,7 +85,6 @@ class Layer {
 
     std::vector<ParamInfo> params_info;
     Buf params, grads;                      // flat buffers, on the layer's device
-    float* param(const std::string& name);  // throws if absent
     void to(Device d);                      // moves params and grads (from a thread on d or on the CPU)
 
     // Output elements per micro-batch: B*T*C for Embedding and Block, 1 (the loss sum) for Head.

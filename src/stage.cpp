@@ -46,13 +46,6 @@ std::vector<Layer*> TransformerStage::layers() {
     return all;
 }
 
-bool TransformerStage::has_layer(int index) const {
-    for (const auto& c : chunks_)
-        for (const auto& l : c)
-            if (l->index() == index) return true;
-    return false;
-}
-
 Layer* TransformerStage::layer(int index) {
     for (Layer* l : layers())
         if (l->index() == index) return l;

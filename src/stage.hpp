@@ -33,7 +33,6 @@ class TransformerStage : public pp::Stage {
     void zero_grads();
     void to(Device d);                                 // moves every layer's parameters and gradients
     std::vector<Layer*> layers();                      // every layer of every chunk, in model order
-    bool has_layer(int index) const;
     Layer* layer(int index);                           // null if not here
     size_t peak_stash_bytes() const { return peak_bytes_; }
     size_t stash_bytes() const { return live_bytes_; }

@@ -110,7 +110,7 @@ class Layer {
     int index_;
 };
 
-// The model as pipeline layers: [Embedding, Block 0..N-1, Head]; num_layers() = N + 2.
+// The model as pipeline layers: [Embedding, Block 0..N-1, Head]; num_model_layers() = N + 2.
 int num_model_layers(const ModelConfig& cfg);
 std::unique_ptr<Layer> make_layer(const ModelConfig& cfg, int index);
 // Rough forward cost of layer `index` per token in FLOPs (for partitioning by params/compute).

@@ -35,8 +35,6 @@ class TransformerStage : public pp::Stage {
     std::vector<Layer*> layers();                      // every layer of every chunk, in model order
     Layer* layer(int index);                           // null if not here
     size_t peak_stash_bytes() const { return peak_bytes_; }
-    size_t stash_bytes() const { return live_bytes_; }
-    RunOptions& options() { return opt_; }
 
     // pp::Stage
     pp::Buffer input_buffer(pp::Op op, int microbatch, int chunk) override;

@@ -66,9 +66,12 @@ if [ $SELFTEST = 0 ]; then
     # NcclComm (emulated NCCL) against ThreadComm: pipeline send/recv, then data-parallel all-reduces.
     check "train nccl = thread EMU_GPUS=2 stages 2" "" EMU_GPUS=2 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4
     check "train nccl = thread EMU_GPUS=4 stages 2 dp 2" "" EMU_GPUS=4 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --dp 2 --micro-batches 2
-    # A full GPU under one rank: the run stops with that rank named (no hang, no traceback).
+    # A full GPU under one rank: the run stops with that rank named (no hang, no traceback), and
+    # leaves no --out behind (an "oom-run left behind" exits 0, which fails the check).
+    rm -rf "$B/oom-run"
     check "train, cuda:3 full, EMU_GPUS=4 dp 2" "pipetrain train: rank 3: .*out of memory" EMU_GPUS=4 EMU_OOM_GPU=3 \
-        ./pipetrain train --preset tiny --data "$PWD/tests/fixtures/text/sample_zh.txt" --steps 2 --batch 8 --seq 32 \
+        bash -c './pipetrain "$@"; rc=$?; [ -e oom-run ] && { echo "oom-run left behind"; exit 0; }; exit $rc' - \
+        train --preset tiny --data "$PWD/tests/fixtures/text/sample_zh.txt" --steps 2 --batch 8 --seq 32 \
         --device cuda --stages 2 --dp 2 --micro-batches 2 --out oom-run
 else
     # The bug: gemm v2 without the __syncthreads between loading its tiles and using them.

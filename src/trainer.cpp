@@ -687,7 +687,9 @@ int train_main(const std::vector<std::string>& argv) {
     w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", s.cfg.is_decoder ? "causal" : "mlm"},
                {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay}};
     if (a.has("--resume")) load_resume_state(w, a.str("--resume"));
-    {   // before training, so that an --out that cannot be written fails now, not after the run
+    // --out is made before training, so that one that cannot be written fails now, not after the run.
+    bool made_out = !std::filesystem::exists(w.out);
+    {
         std::error_code ec;
         std::filesystem::create_directories(w.out, ec);
         if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
@@ -721,23 +723,29 @@ int train_main(const std::vector<std::string>& argv) {
     std::fflush(stdout);
 
     auto t0 = Clock::now();
-    if (comm_name == "nccl") {
+    try {
+        if (comm_name == "nccl") {
 #ifdef PIPETRAIN_NCCL
-        std::vector<int> gpus;
-        for (int r = 0; r < R; r++) gpus.push_back(device_of_rank(w, r).index);
-        pp::NcclWorld world(gpus, timeout);
-        pp::run_ranks(world.host(), [&](int rank) {
-            set_device(device_of_rank(w, rank), rank);
-            pp::NcclComm comm(world, rank);
-            run_rank(w, comm, rank);
-        });
+            std::vector<int> gpus;
+            for (int r = 0; r < R; r++) gpus.push_back(device_of_rank(w, r).index);
+            pp::NcclWorld world(gpus, timeout);
+            pp::run_ranks(world.host(), [&](int rank) {
+                set_device(device_of_rank(w, rank), rank);
+                pp::NcclComm comm(world, rank);
+                run_rank(w, comm, rank);
+            });
 #endif
-    } else {
-        pp::ThreadWorld world(R, timeout);
-        pp::run_ranks(world, [&](int rank) {
-            pp::ThreadComm comm(world, rank);
-            run_rank(w, comm, rank);
-        });
+        } else {
+            pp::ThreadWorld world(R, timeout);
+            pp::run_ranks(world, [&](int rank) {
+                pp::ThreadComm comm(world, rank);
+                run_rank(w, comm, rank);
+            });
+        }
+    } catch (...) {   // a failed run leaves no empty --out behind (checkpoints it saved stay, for --resume)
+        std::error_code ec;
+        if (made_out && std::filesystem::is_empty(w.out, ec)) std::filesystem::remove(w.out, ec);
+        throw;
     }
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 

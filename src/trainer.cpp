@@ -199,19 +199,16 @@ std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs,
 // backward on one micro-batch of B×T), "memory" (bytes, as LayerCosts says) or "uniform".
 LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {}) {
     int L = num_model_layers(cfg);
-    LayerCosts costs{by, std::vector<double>(L, 1.0), {}};
+    LayerCosts costs{by, std::vector<double>(L, 1.0), std::vector<double>(L, 0.0)};
     if (by == "uniform") return costs;
-    if (by == "params" || by == "memory")
-        for (int i = 0; i < L; i++) costs.weights.push_back(double(make_layer(cfg, i)->params.size()));
     if (by == "params") {
-        costs.cost = costs.weights;
+        for (int i = 0; i < L; i++) costs.cost[i] = double(make_layer(cfg, i)->params.size());
         return costs;
     }
     if (by != "time" && by != "memory")
         throw std::runtime_error("--partition/--by: expected time, params, memory or uniform, got \"" + by + "\"");
-    for (double& w : costs.weights) w *= 4 * sizeof(float);   // parameter, gradient, two AdamW moments
     // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
-    // device the run will use; the stash a forward leaves is the layer's activation memory.
+    // device the run will use; for memory, one forward's stash is the layer's activation memory.
     Device caller = current_device();
     set_device(device);
     Batch b = synthetic_batch(cfg, B, T);
@@ -227,8 +224,9 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
     for (int i = 0; i < L; i++) {
         auto l = make_layer(cfg, i);
         l->init(1, 0.02f);
+        costs.weights[i] = 4.0 * sizeof(float) * double(l->params.size());   // parameter, gradient, two AdamW moments
         double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
+        for (int rep = 0; rep < (by == "time" ? 3 : 1); rep++) {
             auto t0 = Clock::now();
             Buf out(l->out_numel(B, T));
             auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);

@@ -83,7 +83,7 @@ open(sys.argv[2], 'w').write(s[:at] + s[at + len('__syncthreads();'):])
 EOF
     build selftest mutant/test_cuda_kernels
     for mode in "ok:" "host_deref:HOST CODE touched" "hostptr:is a HOST pointer" "oob:PAST THE END" \
-        "diverge:deadlock" "race:RACE"; do
+        "diverge:deadlock" "race:RACE" "early:NaN" "unwaited:never waited for"; do
         check "selftest ${mode%%:*}" "${mode#*:}" ./selftest "${mode%%:*}"
     done
     check "selftest nccl" "meets a half" EMU_GPUS=2 ./selftest nccl

@@ -92,6 +92,13 @@ int lane();
 void* dyn_smem();
 void shared_array(void* p, size_t bytes);
 void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, const float* c, int line);
+// sm_80 asynchronous copies and matrix loads (transform.py rewrites their inline asm into these).
+// A shared address is an offset in the block's shared window, as on the GPU.
+size_t shared_offset(const void* p);
+void cp_async(uint32_t dst, const void* src, int bytes, int line);
+void cp_async_commit();
+void cp_async_wait(int pending);
+void ldmatrix_x4(uint32_t* r, uint32_t addr, int line);
 [[noreturn]] void misaligned(const void* p, size_t align);
 
 struct Launch {
@@ -159,6 +166,7 @@ inline unsigned __ballot_sync(unsigned m, int pred, int line = __builtin_LINE())
 }
 inline int __any_sync(unsigned m, int pred, int line = __builtin_LINE()) { return __ballot_sync(m, pred, line) != 0; }
 inline void __syncwarp(unsigned m = 0xffffffffu, int line = __builtin_LINE()) { emu::warp_sync({{}, line}, m, "__syncwarp"); }
+inline size_t __cvta_generic_to_shared(const void* p) { return emu::shared_offset(p); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 // Kernels are compiled with -ffp-contract=fast like nvcc's --fmad=true; the empty asm keeps the

@@ -310,6 +310,18 @@ emu::Slot g_slots[2][kMaxThreads];  // by warp generation parity: a lane never o
 size_t g_smem_bytes = 0, g_shared_bytes = 0;
 std::vector<std::pair<void*, size_t>> g_shared;  // the static __shared__ arrays this launch uses
 const char* g_kernel = "";
+// Each thread's cp.async copies: issued but not committed, then committed groups, oldest first.
+// A copy lands only at the cp.async.wait_group that covers it; until then its destination is NaN.
+struct AsyncCopy {
+    char* dst;
+    const char* src;
+    int bytes;
+};
+struct AsyncQueue {
+    std::vector<AsyncCopy> open;
+    std::deque<std::vector<AsyncCopy>> groups;
+};
+AsyncQueue g_async[kMaxThreads];
 
 void arrive(Bar& b, int kind) {
     const long g = b.gen;
@@ -322,8 +334,11 @@ void arrive(Bar& b, int kind) {
     while (b.gen == g) emu_ctx_switch(&g_fibers[g_cur].sp, g_sched_sp);
     g_fibers[g_cur].waiting = 0;
 }
+std::string block_name();
 void fiber_entry() {
     (*g_body)();
+    if (!g_async[g_cur].open.empty() || !g_async[g_cur].groups.empty())
+        fatal(block_name() + ": thread " + std::to_string(g_cur) + " returned with cp.async copies it never waited for");
     g_fibers[g_cur].done = true;
     g_progress++;
     void* dead;
@@ -340,6 +355,7 @@ void run_block(std::vector<int>& order) {
     g_block = Bar{g_n};
     for (int w = 0; w * 32 < g_n; w++) g_warp[w] = Bar{std::min(32, g_n - w * 32)};
     for (auto& [p, n] : g_shared) memset(p, 0xff, n);  // shared memory starts as NaN in every block
+    for (int t = 0; t < g_n; t++) g_async[t] = {};
     if (g_smem_bytes) memset(emu::dyn_smem(), 0xff, g_smem_bytes);
     for (int t = 0; t < g_n; t++) {  // a frame that emu_ctx_switch "returns" into fiber_entry from
         uint64_t* top = (uint64_t*)(g_stacks + (t + 1) * kStack) - 2;
@@ -507,6 +523,61 @@ void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, const flo
         for (int k = 0; k < 16; k++) acc += A(row, k) * B(k, col);
         d[i] = acc;
     }
+}
+
+// The block's shared window: the static __shared__ arrays in order of first use, then the
+// dynamic shared memory. shared_offset maps a pointer into it; shared_pointer maps back.
+size_t shared_offset(const void* p) {
+    const char* c = (const char*)p;
+    size_t base = 0;
+    for (auto& [a, n] : g_shared) {
+        if (c >= (char*)a && c < (char*)a + n) return base + (c - (char*)a);
+        base += n;
+    }
+    if (c >= (char*)dyn_smem() && c < (char*)dyn_smem() + g_smem_bytes) return base + (c - (char*)dyn_smem());
+    fatal(block_name() + ": __cvta_generic_to_shared of " + hex(p) + ", which is not shared memory");
+}
+char* shared_pointer(uint32_t off, int bytes, const char* what) {
+    if (off % 16) misaligned((void*)(uintptr_t)off, 16);
+    size_t base = 0;
+    for (auto& [a, n] : g_shared) {
+        if (off < base + n) {
+            if (off + bytes > base + n) break;
+            return (char*)a + (off - base);
+        }
+        base += n;
+    }
+    if (off >= base && off + bytes <= base + g_smem_bytes) return (char*)dyn_smem() + (off - base);
+    fatal(block_name() + ": " + what + " of " + std::to_string(bytes) + " bytes at shared offset " + std::to_string(off) +
+          " runs outside the block's shared arrays");
+}
+
+// cp.async.cg.shared.global [dst], [src], 16: the destination is NaN until the copy lands.
+void cp_async(uint32_t dst, const void* src, int bytes, int line) {
+    if ((uintptr_t)src % bytes) misaligned(src, bytes);
+    char* d = shared_pointer(dst, bytes, "cp.async");
+    memset(d, 0xff, bytes);
+    g_async[g_cur].open.push_back({d, (const char*)src, bytes});
+    (void)line;
+}
+void cp_async_commit() {
+    AsyncQueue& q = g_async[g_cur];
+    q.groups.push_back(std::move(q.open));
+    q.open.clear();
+}
+// cp.async.wait_group N: all but the newest N committed groups have landed (this thread's only).
+void cp_async_wait(int pending) {
+    AsyncQueue& q = g_async[g_cur];
+    for (; (int)q.groups.size() > pending; q.groups.pop_front())
+        for (const AsyncCopy& c : q.groups.front()) memcpy(c.dst, c.src, c.bytes);
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: lanes 8j..8j+7 give the row addresses (16 bytes each)
+// of matrix j; lane l receives, in register j, row l / 4 of matrix j, 16-bit columns 2(l % 4), +1.
+void ldmatrix_x4(uint32_t* r, uint32_t addr, int line) {
+    const Slot* s = warp_sync({{addr}, line}, 0xffffffffu, "ldmatrix");
+    const int l = lane();
+    for (int j = 0; j < 4; j++) memcpy(&r[j], shared_pointer(s[8 * j + l / 4].w[0], 16, "ldmatrix") + 4 * (l % 4), 4);
 }
 
 void launch_impl(const Launch& c, std::function<void()> body, const std::vector<PtrArg>& ptrs) {

@@ -6,6 +6,8 @@
 //   oob         a kernel writes past the end of its buffer    -> "PAST THE END"
 //   diverge     __syncthreads that half the threads skip      -> "deadlock"
 //   race        the legacy stream reads what a non-blocking stream may still be writing -> "RACE"
+//   early       a thread reads the target of its cp.async before cp.async.wait_group -> "NaN"
+//   unwaited    a thread returns with a cp.async it never waited for -> "never waited for"
 //   nccl        (EMU_GPUS=2) receives wait for their sends, in posting order; an all-reduce sums;
 //               then a 4-byte send meets an 8-byte receive   -> "meets a half"
 #include <cuda_runtime.h>
@@ -35,6 +37,35 @@ __global__ void reduce(float* sums, float* any) {
     if (t % 32 == 0) sums[t / 32] = v;
     const int a = __syncthreads_or(t == 37);
     if (t == 0) *any = (float)a;
+}
+
+// Each of 32 threads copies 16 bytes of `in` into shared memory with cp.async and returns one
+// float of them, read after cp.async.wait_group ("ok"), before it ("early"), or never waited
+// for ("unwaited").
+__global__ void async_copy(float* out, const float* in, int mode) {
+    __shared__ __align__(16) float s[32 * 4];
+    const int t = threadIdx.x;
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(&s[t * 4]);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(in + t * 4));
+    asm volatile("cp.async.commit_group;\n" ::);
+    const float early = s[t * 4 + 1];
+    if (mode == 2) return;
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(0));
+    out[t] = mode == 1 ? early : s[t * 4 + 1];
+}
+
+// ldmatrix.x4 from 4 matrices of 8 rows x 8 16-bit values, element (j, r, c) = 64j + 8r + c,
+// the rows stored in reverse order so that the lanes' addresses matter.
+__global__ void ldmatrix_x4(uint32_t* out) {
+    __shared__ __align__(16) uint16_t m[32][8];
+    const int l = threadIdx.x;
+    for (int i = l; i < 256; i += 32) m[i / 64 * 8 + 7 - i / 8 % 8][i % 8] = (uint16_t)i;
+    __syncwarp();
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(&m[l / 8 * 8 + 7 - l % 8][0]);
+    uint32_t r[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    for (int j = 0; j < 4; j++) out[l * 4 + j] = r[j];
 }
 
 // Rank r of two, on cuda:r: b = [1, 1, 1, 1] on rank 0, [2, 3, 2, 2] on rank 1. Rank 0 receives
@@ -99,13 +130,38 @@ int main(int argc, char** argv) {
         fill<<<4, 256, 0, s>>>(d, 2.0f, 1024);
         cudaMemcpy(h.data(), d, sizeof(float), cudaMemcpyDeviceToHost);
     }
+    if (mode == "early" || mode == "unwaited") {
+        fill<<<1, 128, 0, s>>>(d, 5.0f, 128);
+        async_copy<<<1, 32, 0, s>>>(d + 128, d, mode == "early" ? 1 : 2);
+        cudaMemcpyAsync(h.data(), d + 128, 32 * sizeof(float), cudaMemcpyDeviceToHost, s);
+        if (h[0] != h[0]) return std::printf("early: NaN, the cp.async had not landed\n"), 1;
+    }
     if (mode == "ok") {
         reduce<<<1, dim3(32, 4), 0, s>>>(d, d + 4);
         cudaMemcpyAsync(h.data(), d, 5 * sizeof(float), cudaMemcpyDeviceToHost, s);
         bool ok = h[4] == 1.0f;
         for (int w = 0; w < 4; w++) ok = ok && h[w] == 32 * 32 * w + 496;  // sum of 32w .. 32w + 31
         std::printf("%s: sums %g %g %g %g, any %g\n", ok ? "ok" : "WRONG", h[0], h[1], h[2], h[3], h[4]);
-        return ok ? 0 : 1;
+        // cp.async then wait: the copied values; ldmatrix: lane l, register j holds row l / 4 of
+        // matrix j, columns 2 (l % 4) and + 1, low half first.
+        std::vector<float> in(128);
+        for (int i = 0; i < 128; i++) in[i] = (float)i;
+        std::vector<uint32_t> frag(128);
+        cudaMemcpyAsync(d, in.data(), 128 * sizeof(float), cudaMemcpyHostToDevice, s);
+        async_copy<<<1, 32, 0, s>>>(d + 128, d, 0);
+        ldmatrix_x4<<<1, 32, 0, s>>>((uint32_t*)d + 256);
+        cudaMemcpyAsync(h.data(), d + 128, 32 * sizeof(float), cudaMemcpyDeviceToHost, s);
+        cudaMemcpyAsync(frag.data(), d + 256, 128 * sizeof(uint32_t), cudaMemcpyDeviceToHost, s);
+        bool async_ok = true, ldm_ok = true;
+        for (int t = 0; t < 32; t++) async_ok = async_ok && h[t] == 4 * t + 1;
+        for (int l = 0; l < 32; l++)
+            for (uint32_t j = 0; j < 4; j++) {
+                const uint32_t lo = 64 * j + 8 * (l / 4) + 2 * (l % 4);
+                ldm_ok = ldm_ok && frag[l * 4 + j] == (lo | (lo + 1) << 16);
+            }
+        std::printf("%s: cp.async %s, ldmatrix %s\n", async_ok && ldm_ok ? "ok" : "WRONG", async_ok ? "right" : "WRONG",
+                    ldm_ok ? "right" : "WRONG");
+        return ok && async_ok && ldm_ok ? 0 : 1;
     }
     cudaStreamSynchronize(s);
     std::printf("%s: nothing caught\n", mode.c_str());

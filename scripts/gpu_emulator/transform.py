@@ -7,15 +7,14 @@
   __shared__ T a[..], b[..];      -> the same, then EMU_SHARED(a); EMU_SHARED(b);  (poisoned per block)
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {D}, {A}, {B}, {C};" : ... : ...)
       -> emu::mma_m16n8k16_bf16 wired by the asm's own %N operand numbers, so the kernel's operand
-         order is checked rather than assumed. Any other inline asm is an error.
+         order is checked rather than assumed. Likewise ldmatrix.sync.aligned.m8n8.x4.shared.b16,
+         cp.async.cg.shared.global (16 bytes), cp.async.commit_group and cp.async.wait_group.
+         Any other inline asm is an error.
   reinterpret_cast<T*>(            -> emu::aligned_cast<T*>(   (a GPU faults on misaligned loads)
 Line numbers are kept (#line), so errors, __syncthreads sites and backtraces name the .cu lines.
 """
 import re
 import sys
-
-MMA = 'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'
-
 
 def fail(msg):
     raise SystemExit('transform.py: %s: %s' % (sys.argv[1], msg))
@@ -56,32 +55,81 @@ def split_top(s, sep=','):
     return parts + [s[start:]]
 
 
-def mma_call(asm):
-    """The emulation call for one mma.sync asm statement (its text from '(' to ')')."""
+def parse_asm(asm):
+    """(template, [(constraint, expression)] in operand-number order) of one asm statement's
+    text from '(' to ')'."""
     sections = split_top(asm[1:-1], ':')
-    template = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', sections[0]))
-    if template.split()[0] != MMA:
-        fail('unknown inline asm %r' % template)
-    ops = []  # (constraint, expression) in operand-number order: outputs, then inputs
+    template = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', sections[0])).replace('\\n', ' ').replace('\\t', ' ')
+    ops = []  # outputs, then inputs
     for sec in sections[1:3]:
         for p in split_top(sec):
             if p.strip():
                 c = re.match(r'\s*"([^"]*)"\s*\((.*)\)\s*$', p, re.S)
                 ops.append((c.group(1), c.group(2).strip()))
-    groups = [[int(n) for n in re.findall(r'%(\d+)', g)] for g in re.findall(r'\{([^}]*)\}', template)]
-    if [len(g) for g in groups] != [4, 4, 2, 4]:
-        fail('mma operand groups %r' % groups)
-    D, A, B, C = groups
-    want = [(D, ('=f', '+f')), (A + B, ('r',)), (C, ('f', '+f'))]
-    for nums, constraints in want:
+    return template, ops
+
+
+def operands(template, ops, pattern, constraints):
+    """The expressions of the %N in template, which must match pattern (its groups: the %N
+    lists of each operand group, in order), each with a constraint from constraints[group]."""
+    m = re.fullmatch(pattern, template.strip().rstrip(';').strip())
+    if not m:
+        fail('inline asm %r does not match %r' % (template, pattern))
+    groups = []
+    for g, allowed in zip(m.groups(), constraints):
+        nums = [int(n) for n in re.findall(r'%(\d+)', g)]
         for n in nums:
-            if ops[n][0] not in constraints:
-                fail('mma operand %%%d has constraint %r' % (n, ops[n][0]))
-    arr = lambda nums, t: ', '.join('(%s)(%s)' % (t, ops[n][1]) for n in nums)
+            if ops[n][0] not in allowed:
+                fail('asm operand %%%d of %r has constraint %r' % (n, template, ops[n][0]))
+        groups.append([ops[n][1] for n in nums])
+    return groups
+
+
+def mma_call(template, ops):
+    D, A, B, C = operands(template, ops, re.escape(MMA) + r'\s+\{(.*?)\},\s*\{(.*?)\},\s*\{(.*?)\},\s*\{(.*?)\}',
+                          [('=f', '+f'), ('r',), ('r',), ('f', '+f')])
+    if [len(g) for g in (D, A, B, C)] != [4, 4, 2, 4]:
+        fail('mma operand groups %r' % [D, A, B, C])
+    arr = lambda exprs, t: ', '.join('(%s)(%s)' % (t, e) for e in exprs)
     return ('{ const uint32_t emu_a[4] = {%s}, emu_b[2] = {%s}; const float emu_c[4] = {%s}; float emu_d[4]; '
             'emu::mma_m16n8k16_bf16(emu_d, emu_a, emu_b, emu_c, __LINE__); %s }' %
             (arr(A, 'uint32_t'), arr(B, 'uint32_t'), arr(C, 'float'),
-             ' '.join('%s = emu_d[%d];' % (ops[n][1], i) for i, n in enumerate(D))))
+             ' '.join('%s = emu_d[%d];' % (e, i) for i, e in enumerate(D))))
+
+
+def ldmatrix_call(template, ops):
+    R, addr = operands(template, ops, re.escape(LDMATRIX) + r'\s+\{(.*?)\},\s*\[(%\d+)\]', [('=r',), ('r',)])
+    if len(R) != 4:
+        fail('ldmatrix.x4 needs 4 registers, not %r' % R)
+    return ('{ uint32_t emu_r[4]; emu::ldmatrix_x4(emu_r, (uint32_t)(%s), __LINE__); %s }' %
+            (addr[0], ' '.join('%s = emu_r[%d];' % (e, i) for i, e in enumerate(R))))
+
+
+def cp_async_call(template, ops):
+    dst, src = operands(template, ops, re.escape(CP_ASYNC) + r'\s+\[(%\d+)\],\s*\[(%\d+)\],\s*16', [('r',), ('l',)])
+    return 'emu::cp_async((uint32_t)(%s), (const void*)(%s), 16, __LINE__);' % (dst[0], src[0])
+
+
+def wait_call(template, ops):
+    n, = operands(template, ops, re.escape(WAIT) + r'\s+(%\d+)', [('n',)])
+    return 'emu::cp_async_wait(%s);' % n[0]
+
+
+MMA = 'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'
+LDMATRIX = 'ldmatrix.sync.aligned.m8n8.x4.shared.b16'
+CP_ASYNC = 'cp.async.cg.shared.global'
+WAIT = 'cp.async.wait_group'
+ASM = {MMA: mma_call, LDMATRIX: ldmatrix_call, CP_ASYNC: cp_async_call, WAIT: wait_call,
+       'cp.async.commit_group': lambda template, ops: 'emu::cp_async_commit();'}
+
+
+def asm_call(asm):
+    """The emulation call for one inline asm statement (its text from '(' to ')')."""
+    template, ops = parse_asm(asm)
+    words = template.split()
+    if not words or words[0].rstrip(';') not in ASM:
+        fail('unknown inline asm %r' % template)
+    return ASM[words[0].rstrip(';')](template, ops)
 
 
 src = open(sys.argv[1]).read()
@@ -108,7 +156,7 @@ out, i = [], 0
 for m in re.finditer(r'\basm\s+(?:volatile\s*)?\(', src):
     e = closing(src, m.end() - 1)
     semi = src.index(';', e)
-    out += [src[i:m.start()], mma_call(src[m.end() - 1:e + 1]), '\n' * src.count('\n', m.start(), semi)]
+    out += [src[i:m.start()], asm_call(src[m.end() - 1:e + 1]), '\n' * src.count('\n', m.start(), semi)]
     i = semi + 1
 src = ''.join(out) + src[i:]
 

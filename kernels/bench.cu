@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -231,6 +232,12 @@ int main() {
         cudaDeviceProp prop;
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::fprintf(stderr, "pipetrain-bench on %s\n", prop.name);
+        // Keep freed memory in the pool, as src/device.cpp does for training: gemm v4's
+        // per-call scratch copy is then reused, not mapped again on every call.
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
         cublasHandle_t handle;
         CUBLAS_CHECK(cublasCreate(&handle));
         for (const auto& s : std::vector<std::array<int, 3>>{{4096, 4096, 4096}, {4096, 3072, 768}, {4097, 1023, 4095}})

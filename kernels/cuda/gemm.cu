@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace ops {
@@ -150,47 +151,50 @@ gemm_register_tiles_kernel(float* C, const float* A, const float* B, const float
     }
 }
 
-// ---- v4: bf16 tensor cores — mma.sync m16n8k16 (bf16 x bf16 -> fp32). The fp32 inputs are
-// rounded to bf16 while being staged in shared memory (no bf16 copies in global memory), so
-// the result carries bf16 input rounding (~3 significant digits). 8 warps, each 64x32 of C.
-// The next k-tile is loaded into registers (float4s where the layout allows) while the tensor
-// cores work on this one, and two shared buffers alternate: global latency hides behind MMAs.
-constexpr int BM4 = 128, BN4 = 128, BK4 = 32, PAD4 = 8;  // PAD4: conflict-free fragment reads
-typedef __nv_bfloat16 TileBF16[BM4][BK4 + PAD4];         // S[r][k]: 128 rows, k contiguous
+// ---- v4: bf16 tensor cores — mma.sync m16n8k16 (bf16 x bf16 -> fp32 accumulate), fed the way
+// fast Ampere GEMMs feed it. A pre-pass rounds op(A) and op(B) to bf16 into k-contiguous copies,
+// zero-padded to whole tiles: the transposes and the edges are dealt with there, once, and the
+// main loop has no edge cases. cp.async streams 16-byte chunks of later k-tiles into a 3-stage
+// shared-memory ring while the tensor cores work on an older stage, and one ldmatrix loads four
+// 8x8 fragments. 4 warps, each computing 64x64 of the 128x128 block tile.
+constexpr int BM4 = 128, BN4 = 128, BK4 = 32, STAGES4 = 3;
 
-// Registers holding one 128x32 tile of X, whose element (r, k) is at X[r*K + k] when k_contig,
-// else at X[k*R + r]: 4 runs of 4 floats per thread, along k or along r (zeros outside R x K).
-struct TileRegs {
-    float x[4][4];
-    __device__ void load(const float* X, int R, int K, int r0, int k0, bool k_contig, bool vec, int tid) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int idx = tid + i * 256;   // which run: consecutive threads, consecutive addresses
-            const int r = k_contig ? idx / 8 : (idx % 32) * 4, k = k_contig ? (idx % 8) * 4 : idx / 32;
-            const int gr = r0 + r, gk = k0 + k;
-            const float* p = k_contig ? X + (size_t)gr * K + gk : X + (size_t)gk * R + gr;
-            if (vec && gr < R && gk < K) {   // vec: the run's dimension is a multiple of 4
-                const float4 v = *reinterpret_cast<const float4*>(p);
-                x[i][0] = v.x, x[i][1] = v.y, x[i][2] = v.z, x[i][3] = v.w;
-            } else {
-                #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const bool in = k_contig ? gr < R && gk + j < K : gr + j < R && gk < K;
-                    x[i][j] = in ? p[j] : 0.0f;
-                }
-            }
-        }
+// out[r][k] = bf16(X(r, k)) for r < gridDim.y * 32, k < Kp, zero outside R x K, where X(r, k) is
+// X[r*K + k] when k_contig, else X[k*R + r]. A 32x32 tile passes through shared memory so that
+// reads and writes both coalesce, whichever the layout. Block (32, 8).
+__global__ void to_bf16_padded_kernel(__nv_bfloat16* out, const float* X, int R, int K, int Kp, bool k_contig) {
+    __shared__ float tile[32][33];  // tile[r][k]; +1: the transposed accesses avoid bank conflicts
+    const int tx = threadIdx.x, r0 = blockIdx.y * 32, k0 = blockIdx.x * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        if (k_contig) tile[i][tx] = r0 + i < R && k0 + tx < K ? X[(size_t)(r0 + i) * K + k0 + tx] : 0.0f;
+        else          tile[tx][i] = r0 + tx < R && k0 + i < K ? X[(size_t)(k0 + i) * R + r0 + tx] : 0.0f;
     }
-    __device__ void store(TileBF16& S, bool k_contig, int tid) const {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int idx = tid + i * 256;
-            const int r = k_contig ? idx / 8 : (idx % 32) * 4, k = k_contig ? (idx % 8) * 4 : idx / 32;
-            #pragma unroll
-            for (int j = 0; j < 4; j++) S[k_contig ? r : r + j][k_contig ? k + j : k] = __float2bfloat16(x[i][j]);
-        }
-    }
-};
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) out[(size_t)(r0 + i) * Kp + k0 + tx] = __float2bfloat16(tile[i][tx]);
+}
+
+// A stage holds 128 rows x 4 chunks of 8 bf16 (16 bytes). Chunk c of row r is stored at chunk
+// c ^ ((r / 2) % 4): the 8 rows that one ldmatrix phase reads at the same k then fall in 8
+// different 16-byte bank groups (unswizzled, rows r and r + 2 would collide: 4-way conflicts).
+__device__ inline int swizzle(int r, int c) { return r * BK4 + ((c ^ (r >> 1)) & 3) * 8; }
+
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Lanes 8j .. 8j+7 give the addresses of the 8 rows (16 bytes each) of matrix j; register j of
+// lane 4g + t receives row g, bf16 columns 2t and 2t + 1 of matrix j: a fragment of mma.sync.
+__device__ inline void ldmatrix_x4(uint32_t* r, const void* smem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
 
 __device__ inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
     asm volatile(
@@ -200,61 +204,72 @@ __device__ inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Two consecutive bf16 (k, k+1) of a shared row as one 32-bit fragment register.
-__device__ inline uint32_t pair(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// Two blocks per SM (<= 128 registers): twice the loads in flight of one.
-__global__ void __launch_bounds__(256, 2)
-gemm_bf16_mma_kernel(float* C, const float* A, const float* B, const float* bias, int M, int N,
-                     int K, bool transA, bool transB, float alpha, float beta, bool vecA, bool vecB) {
-    __shared__ __align__(16) TileBF16 As[2], Bs[2];  // As[m][k]; Bs[n][k]: the "col" operand
+// C (M, N) = alpha Ab Bb^T + beta C + bias, where Ab (Mp, Kp) and Bb (Np, Kp) come from the
+// pre-pass. 3 stages x 16 KiB of shared memory; two blocks per SM.
+__global__ void __launch_bounds__(128, 2)
+gemm_bf16_mma_kernel(float* C, const __nv_bfloat16* Ab, const __nv_bfloat16* Bb, const float* bias,
+                     int M, int N, int Kp, float alpha, float beta) {
+    __shared__ __align__(128) __nv_bfloat16 As[STAGES4][BM4 * BK4], Bs[STAGES4][BN4 * BK4];  // [r][k], swizzled
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4;  // the PTX fragment layout's groupID, threadID_in_group
-    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+    const int wm = (warp / 2) * 64, wn = (warp % 2) * 64;  // this warp's 64x64 of the block tile
     const int m0 = blockIdx.y * BM4, n0 = blockIdx.x * BN4;
-    float acc[4][4][4] = {};  // [m16 tile][n8 tile][fragment]
-    TileRegs ra, rb;
-    ra.load(A, M, K, m0, 0, !transA, vecA, tid), rb.load(B, N, K, n0, 0, transB, vecB, tid);
-    ra.store(As[0], !transA, tid), rb.store(Bs[0], transB, tid);
-    __syncthreads();
-    for (int k0 = 0, buf = 0; k0 < K; k0 += BK4, buf ^= 1) {
-        const bool next = k0 + BK4 < K;
-        if (next) ra.load(A, M, K, m0, k0 + BK4, !transA, vecA, tid), rb.load(B, N, K, n0, k0 + BK4, transB, vecB, tid);
+    const __nv_bfloat16 *a_src = Ab + (size_t)m0 * Kp, *b_src = Bb + (size_t)n0 * Kp;
+    // k-tile kt into stage s: 512 chunks of A and 512 of B, 4 + 4 per thread, consecutive
+    // threads taking consecutive chunks of a row.
+    auto load_tile = [&](int s, int kt) {
         #pragma unroll
-        for (int kk = 0; kk < BK4; kk += 16) {
-            uint32_t a[4][4], b[4][2];
+        for (int i = 0; i < 4; i++) {
+            const int idx = tid + i * 128, r = idx / 4, c = idx % 4;
+            const size_t g = (size_t)r * Kp + kt * BK4 + c * 8;
+            cp_async16(&As[s][swizzle(r, c)], a_src + g);
+            cp_async16(&Bs[s][swizzle(r, c)], b_src + g);
+        }
+    };
+    float acc[4][8][4] = {};  // [m16 tile][n8 tile][fragment]
+    const int KT = Kp / BK4;
+    // Warmup: the first STAGES4 - 1 tiles in flight, one commit group each (empty past the end,
+    // so that "wait until STAGES4 - 2 groups remain" below always means "tile kt has landed").
+    #pragma unroll
+    for (int s = 0; s < STAGES4 - 1; s++) {
+        if (s < KT) load_tile(s, s);
+        cp_async_commit();
+    }
+    // Steady: wait for tile kt, refill the stage tile kt - 1 used with tile kt + STAGES4 - 1,
+    // multiply tile kt.
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES4 - 2>();  // this thread's chunks of tile kt have landed ...
+        __syncthreads();               // ... and everyone's; and nobody still reads tile kt - 1
+        if (kt + STAGES4 - 1 < KT) load_tile((kt + STAGES4 - 1) % STAGES4, kt + STAGES4 - 1);
+        cp_async_commit();
+        const __nv_bfloat16 *as = As[kt % STAGES4], *bs = Bs[kt % STAGES4];
+        #pragma unroll
+        for (int kc = 0; kc < BK4 / 8; kc += 2) {  // one k16 step = chunks kc, kc + 1
+            uint32_t a[4][4], b[4][4];
+            // A's matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), in the order a0 a1 a2 a3 of the
+            // fragment: lane l addresses row l % 16 at chunk kc + l / 16.
             #pragma unroll
-            for (int mi = 0; mi < 4; mi++) {
-                const int r = wm + mi * 16 + g;
-                a[mi][0] = pair(&As[buf][r][kk + 2 * t]);
-                a[mi][1] = pair(&As[buf][r + 8][kk + 2 * t]);
-                a[mi][2] = pair(&As[buf][r][kk + 2 * t + 8]);
-                a[mi][3] = pair(&As[buf][r + 8][kk + 2 * t + 8]);
-            }
+            for (int mi = 0; mi < 4; mi++) ldmatrix_x4(a[mi], &as[swizzle(wm + mi * 16 + lane % 16, kc + lane / 16)]);
+            // B's rows are n, its chunks k (the "col" operand): matrices (n 0-7, k 0-7), (n 0-7,
+            // k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) are b0 b1 of two n8 tiles.
             #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                const int c = wn + ni * 8 + g;
-                b[ni][0] = pair(&Bs[buf][c][kk + 2 * t]);
-                b[ni][1] = pair(&Bs[buf][c][kk + 2 * t + 8]);
-            }
+            for (int nj = 0; nj < 4; nj++)
+                ldmatrix_x4(b[nj], &bs[swizzle(wn + nj * 16 + lane / 16 * 8 + lane % 8, kc + lane / 8 % 2)]);
             #pragma unroll
             for (int mi = 0; mi < 4; mi++)
                 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], a[mi], b[ni]);
+                for (int ni = 0; ni < 8; ni++) mma_bf16_16816(acc[mi][ni], a[mi], &b[ni / 2][ni % 2 * 2]);
         }
-        // The other buffer was last read before the previous barrier: safe to fill now.
-        if (next) ra.store(As[buf ^ 1], !transA, tid), rb.store(Bs[buf ^ 1], transB, tid);
-        __syncthreads();
     }
-    // Accumulator fragment: d0, d1 at (g, 2t), (g, 2t+1); d2, d3 eight rows below.
+    cp_async_wait<0>();  // Cooldown: only empty groups are left; no thread exits with copies in flight
+    // Accumulator fragment: d0, d1 at (g, 2t), (g, 2t + 1); d2, d3 eight rows below.
+    const int g = lane / 4, t = lane % 4;
     #pragma unroll
     for (int mi = 0; mi < 4; mi++)
         #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < 8; ni++)
             #pragma unroll
             for (int f = 0; f < 4; f++) {
-                const int m = m0 + wm + mi * 16 + g + (f / 2) * 8;
-                const int n = n0 + wn + ni * 8 + 2 * t + f % 2;
+                const int m = m0 + wm + mi * 16 + g + f / 2 * 8, n = n0 + wn + ni * 8 + 2 * t + f % 2;
                 if (m < M && n < N) store_c(C, acc[mi][ni][f], bias, m, n, N, alpha, beta);
             }
 }
@@ -315,12 +330,20 @@ void gemm_v4_bf16_mma(float* C, const float* A, const float* B, const float* bia
                       int K, bool transA, bool transB, float alpha, float beta,
                       cudaStream_t stream) {
     if (M <= 0 || N <= 0) return;
-    const bool vecA = aligned16(A) && (transA ? M : K) % 4 == 0;
-    const bool vecB = aligned16(B) && (transB ? K : N) % 4 == 0;
-    const dim3 grid(ceil_div(N, BN4), ceil_div(M, BM4));
-    gemm_bf16_mma_kernel<<<grid, 256, 0, stream>>>(C, A, B, bias, M, N, K, transA, transB, alpha, beta,
-                                                   vecA, vecB);
+    const int Mp = ceil_div(M, BM4) * BM4, Np = ceil_div(N, BN4) * BN4, Kp = ceil_div(std::max(K, 0), BK4) * BK4;
+    __nv_bfloat16* ws = nullptr;  // (Mp, Kp) then (Np, Kp); stream-ordered, so reused from the pool
+    if (Kp > 0) {
+        CUDA_CHECK(cudaMallocAsync(&ws, sizeof(__nv_bfloat16) * (size_t)(Mp + Np) * Kp, stream));
+        to_bf16_padded_kernel<<<dim3(Kp / 32, Mp / 32), dim3(32, 8), 0, stream>>>(ws, A, M, K, Kp, !transA);
+        CUDA_CHECK_LAST();
+        to_bf16_padded_kernel<<<dim3(Kp / 32, Np / 32), dim3(32, 8), 0, stream>>>(ws + (size_t)Mp * Kp, B, N, K, Kp,
+                                                                                  transB);
+        CUDA_CHECK_LAST();
+    }
+    gemm_bf16_mma_kernel<<<dim3(Np / BN4, Mp / BM4), 128, 0, stream>>>(C, ws, ws + (size_t)Mp * Kp, bias, M, N, Kp,
+                                                                       alpha, beta);
     CUDA_CHECK_LAST();
+    if (ws) CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K,

@@ -28,8 +28,8 @@ void gemm_v2_smem_tiles(float* C, const float* A, const float* B, const float* b
 void gemm_v3_register_tiles(float* C, const float* A, const float* B, const float* bias,
                             int M, int N, int K, bool transA, bool transB, float alpha, float beta,
                             cudaStream_t stream = 0);
-// fp32 in and out; A and B are rounded to bf16 while staged in shared memory and the tensor
-// cores multiply bf16 x bf16 -> fp32. Error ~1e-3 relative: not for the bitwise CPU parity.
+// fp32 in and out; a pre-pass rounds A and B to bf16 (a stream-ordered scratch copy) and the
+// tensor cores multiply bf16 x bf16 -> fp32. Error ~1e-3 relative: not for the bitwise CPU parity.
 void gemm_v4_bf16_mma(float* C, const float* A, const float* B, const float* bias,
                       int M, int N, int K, bool transA, bool transB, float alpha, float beta,
                       cudaStream_t stream = 0);

@@ -165,6 +165,9 @@ void bench_memory_bound(double copy_gbps) {
         row("gelu_forward", "2^26", 2.0 * N * 4, [&] { ops::cuda::gelu_forward(out.p, inp.p, N); }, 0.85);
         row("dropout_forward p=0.1", "2^26", 2.0 * N * 4, [&] { ops::cuda::dropout_forward(out.p, inp.p, 0.1f, key, N); },
             0.85);
+        // The bytes of gemm v4's pre-pass: at 4096^3 it converts 2^25 elements (A and B), so half
+        // this time is what v4 spends before its main loop.
+        row("to_bf16", "2^26", 6.0 * N, [&] { ops::cuda::to_bf16((uint16_t*)out.p, inp.p, N); });
     }
     {
         const int N = 4096, V = 30522;

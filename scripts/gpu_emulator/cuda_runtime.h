@@ -92,6 +92,7 @@ int lane();
 void* dyn_smem();
 void shared_array(void* p, size_t bytes);
 void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b, const float* c, int line);
+void mma_m16n8k8_tf32(float* d, const uint32_t* a, const uint32_t* b, const float* c, int line);
 // sm_80 asynchronous copies and matrix loads (transform.py rewrites their inline asm into these).
 // A shared address is an offset in the block's shared window, as on the GPU.
 size_t shared_offset(const void* p);

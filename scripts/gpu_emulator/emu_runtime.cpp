@@ -580,6 +580,23 @@ void ldmatrix_x4(uint32_t* r, uint32_t addr, int line) {
     for (int j = 0; j < 4; j++) memcpy(&r[j], shared_pointer(s[8 * j + l / 4].w[0], 16, "ldmatrix") + 4 * (l % 4), 4);
 }
 
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: A (16x8) rows g, g + 8 and columns t, t + 4
+// (a0 a1 | a2 a3 = col + 4), B rows t, t + 4 of column g, C/D as for m16n8k16. A tf32 operand is
+// the fp32 in its register with the low 13 mantissa bits ignored; tf32 products are exact in fp32.
+void mma_m16n8k8_tf32(float* d, const uint32_t* a, const uint32_t* b, const float* c, int line) {
+    const Slot* s = warp_sync({{a[0], a[1], a[2], a[3], b[0], b[1]}, line}, 0xffffffffu, "mma.sync tf32");
+    auto tf32 = [](uint32_t reg) { return __uint_as_float(reg & 0xffffe000u); };
+    auto A = [&](int r, int k) { return tf32(s[r % 8 * 4 + k % 4].w[(r >= 8) + 2 * (k >= 4)]); };
+    auto B = [&](int k, int n) { return tf32(s[n * 4 + k % 4].w[4 + (k >= 4)]); };
+    const int g = lane() / 4, t = lane() % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < 8; k++) acc += A(row, k) * B(k, col);
+        d[i] = acc;
+    }
+}
+
 void launch_impl(const Launch& c, std::function<void()> body, const std::vector<PtrArg>& ptrs) {
     Lock lock;
     const unsigned long n = (unsigned long)c.block.x * c.block.y * c.block.z;

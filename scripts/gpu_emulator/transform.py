@@ -6,7 +6,7 @@
   extern __shared__ T x[];        -> T* x = (T*)emu::dyn_smem();
   __shared__ T a[..], b[..];      -> the same, then EMU_SHARED(a); EMU_SHARED(b);  (poisoned per block)
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {D}, {A}, {B}, {C};" : ... : ...)
-      -> emu::mma_m16n8k16_bf16 wired by the asm's own %N operand numbers, so the kernel's operand
+      -> emu::mma_m16n8k16_bf16 (m16n8k8 tf32: emu::mma_m16n8k8_tf32) wired by the asm's own %N operand numbers, so the kernel's operand
          order is checked rather than assumed. Likewise ldmatrix.sync.aligned.m8n8.x4.shared.b16,
          cp.async.cg.shared.global (16 bytes), cp.async.commit_group and cp.async.wait_group.
          Any other inline asm is an error.
@@ -86,14 +86,15 @@ def operands(template, ops, pattern, constraints):
 
 
 def mma_call(template, ops):
-    D, A, B, C = operands(template, ops, re.escape(MMA) + r'\s+\{(.*?)\},\s*\{(.*?)\},\s*\{(.*?)\},\s*\{(.*?)\}',
+    name = template.split()[0]
+    D, A, B, C = operands(template, ops, re.escape(name) + r'\s+\{(.*?)\},\s*\{(.*?)\},\s*\{(.*?)\},\s*\{(.*?)\}',
                           [('=f', '+f'), ('r',), ('r',), ('f', '+f')])
     if [len(g) for g in (D, A, B, C)] != [4, 4, 2, 4]:
         fail('mma operand groups %r' % [D, A, B, C])
     arr = lambda exprs, t: ', '.join('(%s)(%s)' % (t, e) for e in exprs)
     return ('{ const uint32_t emu_a[4] = {%s}, emu_b[2] = {%s}; const float emu_c[4] = {%s}; float emu_d[4]; '
-            'emu::mma_m16n8k16_bf16(emu_d, emu_a, emu_b, emu_c, __LINE__); %s }' %
-            (arr(A, 'uint32_t'), arr(B, 'uint32_t'), arr(C, 'float'),
+            'emu::%s(emu_d, emu_a, emu_b, emu_c, __LINE__); %s }' %
+            (arr(A, 'uint32_t'), arr(B, 'uint32_t'), arr(C, 'float'), MMA[name],
              ' '.join('%s = emu_d[%d];' % (e, i) for i, e in enumerate(D))))
 
 
@@ -115,11 +116,12 @@ def wait_call(template, ops):
     return 'emu::cp_async_wait(%s);' % n[0]
 
 
-MMA = 'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'
+MMA = {'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32': 'mma_m16n8k16_bf16',
+       'mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32': 'mma_m16n8k8_tf32'}
 LDMATRIX = 'ldmatrix.sync.aligned.m8n8.x4.shared.b16'
 CP_ASYNC = 'cp.async.cg.shared.global'
 WAIT = 'cp.async.wait_group'
-ASM = {MMA: mma_call, LDMATRIX: ldmatrix_call, CP_ASYNC: cp_async_call, WAIT: wait_call,
+ASM = {**{name: mma_call for name in MMA}, LDMATRIX: ldmatrix_call, CP_ASYNC: cp_async_call, WAIT: wait_call,
        'cp.async.commit_group': lambda template, ops: 'emu::cp_async_commit();'}
 
 

@@ -207,6 +207,9 @@ void bench_attention(int B, int T, int NH, int HS, bool causal) {
     const double t2 = median_ms([&] {
         ops::cuda::attention_forward_flash(out.p, lse.p, q.p, k.p, v.p, nullptr, causal, 0.0f, key, B, T, NH, HS);
     });
+    const double t3 = median_ms([&] {
+        ops::cuda::attention_forward_flash_tc(out.p, lse.p, q.p, k.p, v.p, nullptr, causal, 0.0f, key, B, T, NH, HS);
+    });
     // The backwards run after their forwards above, so att and lse hold what they need.
     const double tb1 = median_ms([&] {
         ops::cuda::attention_backward(dq.p, dk.p, dv.p, dout.p, att.p, q.p, k.p, v.p, 0.0f, key, B, T, NH, HS);
@@ -217,6 +220,7 @@ void bench_attention(int B, int T, int NH, int HS, bool causal) {
     });
     add_row("attention_forward v1", shape, t1, tflop / (t1 * 1e-3), "TFLOP/s", 1.0, "attention v1");
     add_row("attention_forward_flash v2", shape, t2, tflop / (t2 * 1e-3), "TFLOP/s", t1 / t2, "attention v1");
+    add_row("attention_forward_flash_tc v3", shape, t3, tflop / (t3 * 1e-3), "TFLOP/s", t1 / t3, "attention v1");
     // The backward's five (T, T) products are 2.5x the forward's two (the flash one recomputes more).
     add_row("attention_backward v1", shape, tb1, 2.5 * tflop / (tb1 * 1e-3), "TFLOP/s", 1.0, "attention v1");
     add_row("attention_backward_flash v2", shape, tb2, 2.5 * tflop / (tb2 * 1e-3), "TFLOP/s", tb1 / tb2,

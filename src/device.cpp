@@ -219,7 +219,7 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
                              const int32_t* mask, bool causal, float p, const ops::DropoutKey& key, int B, int T,
                              int NH, int HS) {
     check_flash_head_size(HS);
-    DISPATCH(attention_forward_flash, out, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
+    DISPATCH2(attention_forward_flash, attention_forward_flash_tc, out, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                               const float* q, const float* k, const float* v, const int32_t* mask, bool causal,

@@ -429,7 +429,7 @@ TEST_CASE("attention v1: forward and backward vs the CPU (masks, causal, dropout
     }
 }
 
-TEST_CASE("attention v2 (flash forward) vs the CPU flash forward: out and log-sum-exp") {
+TEST_CASE("attention v2 and v3 (flash forward, CUDA cores and tensor cores) vs the CPU flash forward: out and log-sum-exp") {
     REQUIRE_DEVICE();
     const AttnCase cases[] = {{1, 1, 1, 26, false, false, 0.0f}, {2, 17, 3, 26, true, true, 0.0f},
                               {2, 63, 2, 32, false, true, 0.2f}, {2, 130, 2, 64, true, true, 0.1f},
@@ -448,23 +448,26 @@ TEST_CASE("attention v2 (flash forward) vs the CPU flash forward: out and log-su
                                      c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
         DevBuf<float> dq(in.q), dk(in.k), dv(in.v), dout(n), dlse(rows);
         DevBuf<int32_t> dmask(in.mask);
-        dout.poison(), dlse.poison();
-        ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr,
-                                           c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
-        const Vec got = dout.get(), glse = dlse.get();
-        CHECK(rel_l2(got, out) < kTolF32);
-        Vec lse_fin, glse_fin;  // -inf (no visible key) must match exactly; the rest closely
-        bool inf_match = true;
-        for (size_t r = 0; r < rows; r++) {
-            if (std::isinf(lse[r])) inf_match &= std::isinf(glse[r]) && glse[r] < 0;
-            else lse_fin.push_back(lse[r]), glse_fin.push_back(glse[r]);
+        for (auto forward : {ops::cuda::attention_forward_flash, ops::cuda::attention_forward_flash_tc}) {
+            CAPTURE(forward == ops::cuda::attention_forward_flash_tc);
+            dout.poison(), dlse.poison();
+            forward(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr, c.causal, c.p, key, c.B, c.T,
+                    c.NH, c.HS, 0);
+            const Vec got = dout.get(), glse = dlse.get();
+            CHECK(rel_l2(got, out) < kTolF32);
+            Vec lse_fin, glse_fin;  // -inf (no visible key) must match exactly; the rest closely
+            bool inf_match = true;
+            for (size_t r = 0; r < rows; r++) {
+                if (std::isinf(lse[r])) inf_match &= std::isinf(glse[r]) && glse[r] < 0;
+                else lse_fin.push_back(lse[r]), glse_fin.push_back(glse[r]);
+            }
+            CHECK(inf_match);
+            CHECK(rel_l2(glse_fin, lse_fin) < kTolF32);
+            dout.poison();  // determinism: the same bits again
+            forward(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr, c.causal, c.p, key, c.B, c.T,
+                    c.NH, c.HS, 0);
+            CHECK(same_bits(dout.get(), got));
         }
-        CHECK(inf_match);
-        CHECK(rel_l2(glse_fin, lse_fin) < kTolF32);
-        dout.poison();  // determinism: the same bits again
-        ops::cuda::attention_forward_flash(dout.p, dlse.p, dq.p, dk.p, dv.p, c.padded ? dmask.p : nullptr,
-                                           c.causal, c.p, key, c.B, c.T, c.NH, c.HS);
-        CHECK(same_bits(dout.get(), got));
     }
 }
 

@@ -10,8 +10,11 @@
 //     (T, T) matrix never exists; it stores the log-sum-exp per query instead.
 //  v2 (attention_backward_flash): flash-style backward. Recomputes the probabilities tile by tile
 //     from q, k and that log-sum-exp; one kernel owns keys (dk, dv), another owns queries (dq),
-//     so every sum runs in a fixed order without atomics. v2 is what the model uses; its CPU
-//     specification is attention_forward_flash / attention_backward_flash in kernels/cpu/.
+//     so every sum runs in a fixed order without atomics. Its CPU specification, and v2's and
+//     v3's, is attention_forward_flash / attention_backward_flash in kernels/cpu/.
+//  v3 (attention_forward_flash_tc): the v2 forward with its two products on tensor cores
+//     (mma.sync tf32, each fp32 operand split in two tf32s: fp32 accuracy). The model runs the
+//     v3 forward and the v2 backward.
 // Every grid puts the (b, h) pairs on blockIdx.y, so B * NH is at most 65535 (heads_grid).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.cuh"
@@ -358,6 +361,165 @@ flash_forward_kernel(float* out, float* lse, const float* q, const float* k, con
     }
 }
 
+// ---- v3: the flash forward on tensor cores ----
+// v2's algorithm with its two products, S = Q K^T and O += P V, on mma.sync m16n8k8 tf32. A tf32
+// keeps 10 of fp32's 23 mantissa bits, so every operand x is split into big = tf32(x) and
+// small = x - big, and x y is taken as small*big + big*small + big*big ("3xTF32", CUTLASS's
+// OpMultiplyAddFastF32, which PyTorch's fp32 SDPA uses too): fp32 accuracy at tensor-core speed.
+// A warp owns 16 queries, a block of 4 warps shares tiles of 32 keys.
+constexpr int kTcWarps = 4, kTcQueries = 16 * kTcWarps;
+
+__device__ inline void mma_tf32_1688(float* d, const uint32_t* a, const uint32_t* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// x = big + small, big rounded to tf32 (to nearest, ties away, as cvt.rna.tf32.f32).
+template <int N>
+__device__ inline void split_tf32(uint32_t (&big)[N], uint32_t (&small)[N], const float (&x)[N]) {
+    #pragma unroll
+    for (int i = 0; i < N; i++) {
+        const float b = __uint_as_float((__float_as_uint(x[i]) + 0x1000u) & 0xffffe000u);
+        big[i] = __float_as_uint(b), small[i] = __float_as_uint(x[i] - b);
+    }
+}
+
+// d += a b (16x8 += 16x8 . 8x8) in 3xTF32, the small products first.
+__device__ inline void mma_3xtf32(float* d, const float (&a)[4], const float (&b)[2]) {
+    uint32_t ab[4], as[4], bb[2], bs[2];
+    split_tf32(ab, as, a), split_tf32(bb, bs, b);
+    mma_tf32_1688(d, as, bb);
+    mma_tf32_1688(d, ab, bs);
+    mma_tf32_1688(d, ab, bb);
+}
+
+// Dropout factors of keys j, j + 1 (j even) of query i. With T even their draws are the words
+// (0, 1) or (2, 3) of one Philox block, so one call serves both.
+__device__ inline void keep_factors_pair(float (&z)[2], float p, float s, const DropoutKey& key, int bh, int i, int j,
+                                         int T) {
+    if (p == 0.0f || T % 2 != 0) {
+        z[0] = keep_factor(p, s, key, bh, i, j, T), z[1] = keep_factor(p, s, key, bh, i, j + 1, T);
+        return;
+    }
+    const uint64_t e = ((uint64_t)bh * T + i) * T + j;  // even
+    uint32_t c[4];
+    philox::words(c, key, e >> 2);
+    z[0] = philox::to_uniform(e & 2 ? c[2] : c[0]) >= p ? s : 0.0f;
+    z[1] = philox::to_uniform(e & 2 ? c[3] : c[1]) >= p ? s : 0.0f;
+}
+
+// Lane 4g + t of a warp holds, for its 16 queries, accumulator fragments: S[n][f] is query
+// row g + 8 (f / 2), key 8n + 2t + f % 2 of the tile; O[c][f] the same row, channel 8c + 2t + f % 2.
+// P V needs P as A fragments (rows g, g + 8; k columns t, t + 4): rather than move P between
+// lanes, k index t stands for key 8n + 2t and t + 4 for key 8n + 2t + 1, and V's B fragment
+// is read in the same order, so P's fragment is S's own registers.
+template <int HSP>
+__global__ void __launch_bounds__(32 * kTcWarps)
+flash_forward_tc_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                        const int32_t* mask, bool causal, float p, float s, DropoutKey key,
+                        int T, int NH, int HS, float scale) {
+    constexpr int D8 = HSP / 8, N8 = kFlashKeys / 8;  // channel and key groups of 8
+    __shared__ __align__(16) float ks[kFlashKeys][HSP + kPad];  // +4: the fragment reads hit 32 banks
+    __shared__ __align__(16) float vs[kFlashKeys][HSP + kPad];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * HS;
+    const int i0 = blockIdx.x * kTcQueries, iw = i0 + warp * 16;
+    // This warp's queries as A fragments, read once: qf[d] = rows g, g + 8, channels 8d + t, + 4.
+    float qf[D8][4];
+    #pragma unroll
+    for (int d = 0; d < D8; d++)
+        #pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const int i = iw + g + 8 * (f % 2), c = 8 * d + t + 4 * (f / 2);
+            qf[d][f] = i < T && c < HS ? q[((size_t)b * T + i) * C + h * HS + c] : 0.0f;
+        }
+    float o[D8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // [row g, row g + 8]
+    const int kend = causal ? min(T, i0 + kTcQueries) : T;  // later keys are masked for the whole block
+    for (int j0 = 0; j0 < kend; j0 += kFlashKeys) {
+        __syncthreads();  // everyone is done with the previous tile
+        load_rows<HSP>(ks, k, b, h, j0, T, C, HS);
+        load_rows<HSP>(vs, v, b, h, j0, T, C, HS);
+        __syncthreads();
+        float S[N8][4] = {};
+        #pragma unroll
+        for (int d = 0; d < D8; d++)
+            #pragma unroll
+            for (int n = 0; n < N8; n++) {  // B = K^T: rows are channels, columns keys
+                const float kb[2] = {ks[8 * n + g][8 * d + t], ks[8 * n + g][8 * d + t + 4]};
+                mma_3xtf32(S[n], qf[d], kb);
+            }
+        // Online softmax per row, as v2; the 4 lanes of a quad hold one row's 32 keys.
+        float tile_max[2] = {-INFINITY, -INFINITY};
+        #pragma unroll
+        for (int n = 0; n < N8; n++)
+            #pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const int i = iw + g + 8 * (f / 2), j = j0 + 8 * n + 2 * t + f % 2;
+                const bool vis = i < T && j < T && visible(mask, causal, b, i, j, T);
+                S[n][f] = vis ? S[n][f] * scale : -INFINITY;
+                tile_max[f / 2] = fmaxf(tile_max[f / 2], S[n][f]);
+            }
+        float corr[2], m_new[2], sum[2] = {0.0f, 0.0f};
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+            // A row that sees no key of this tile keeps m, l and o (corr 1, weights 0).
+            m_new[r] = tile_max[r] == -INFINITY ? m[r] : fmaxf(m[r], tile_max[r]);
+            corr[r] = tile_max[r] == -INFINITY ? 1.0f : expf(m[r] - m_new[r]);  // 0 on the first visible tile
+        }
+        #pragma unroll
+        for (int n = 0; n < N8; n++)
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float z[2];
+                keep_factors_pair(z, p, s, key, bh, iw + g + 8 * r, j0 + 8 * n + 2 * t, T);
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float& x = S[n][2 * r + e];
+                    const float pj = x == -INFINITY ? 0.0f : expf(x - m_new[r]);
+                    sum[r] += pj;
+                    x = pj * z[e];  // S becomes P z
+                }
+            }
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+            l[r] = l[r] * corr[r] + sum[r];
+            m[r] = m_new[r];
+        }
+        #pragma unroll
+        for (int c = 0; c < D8; c++) o[c][0] *= corr[0], o[c][1] *= corr[0], o[c][2] *= corr[1], o[c][3] *= corr[1];
+        #pragma unroll
+        for (int n = 0; n < N8; n++) {
+            const float pa[4] = {S[n][0], S[n][2], S[n][1], S[n][3]};  // k = t: key 2t; k = t + 4: key 2t + 1
+            #pragma unroll
+            for (int c = 0; c < D8; c++) {
+                const float vb[2] = {vs[8 * n + 2 * t][8 * c + g], vs[8 * n + 2 * t + 1][8 * c + g]};
+                mma_3xtf32(o[c], pa, vb);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = iw + g + 8 * r;
+        if (i >= T) continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // l == 0: no visible key, zero output
+        #pragma unroll
+        for (int c = 0; c < D8; c++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int ch = 8 * c + 2 * t + e;
+                if (ch < HS) out[((size_t)b * T + i) * C + h * HS + ch] = o[c][2 * r + e] * inv;
+            }
+        if (t == 0) lse[(size_t)bh * T + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+    }
+}
+
 // ---- v2: flash-style backward ----
 // With P_ij = exp(scale q_i . k_j - lse_i) and z_ij the dropout factor, out_i = sum_j P_ij z_ij v_j,
 // so dv_j = sum_i P_ij z_ij do_i, dP_ij = z_ij (do_i . v_j) and the score gradient is
@@ -571,6 +733,25 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
         flash_forward_kernel<64><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
     else
         flash_forward_kernel<128><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+    CUDA_CHECK_LAST();
+}
+
+void attention_forward_flash_tc(float* out, float* lse, const float* q, const float* k, const float* v,
+                                const int32_t* mask, bool causal, float p, const DropoutKey& key,
+                                int B, int T, int NH, int HS, cudaStream_t stream) {
+    if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
+    if (HS > 128)
+        throw std::runtime_error("attention_forward_flash_tc: head size HS = " + std::to_string(HS) +
+                                 " is not supported (at most 128)");
+    const float scale = 1.0f / std::sqrt((float)HS);
+    const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const dim3 grid = heads_grid(ceil_div(T, kTcQueries), B, NH, "attention_forward_flash_tc");
+    if (HS <= 32)
+        flash_forward_tc_kernel<32><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+    else if (HS <= 64)
+        flash_forward_tc_kernel<64><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+    else
+        flash_forward_tc_kernel<128><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
     CUDA_CHECK_LAST();
 }
 

@@ -86,12 +86,18 @@ void attention_backward(float* dq, float* dk, float* dv,
                         int B, int T, int NH, int HS, cudaStream_t stream = 0);
 // v2, flash-style forward: tiles of keys, online softmax, no (T, T) matrix in memory. Writes
 // out and lse (B, NH, T), the log-sum-exp of each query's visible scores (-inf when it sees
-// no key), which is all the flash backward needs. HS <= 128. v2 is what the model calls; the
-// CPU ops::attention_forward_flash / attention_backward_flash are its specification.
+// no key), which is all the flash backward needs. HS <= 128. The CPU ops::attention_forward_flash
+// / attention_backward_flash are its specification.
 void attention_forward_flash(float* out, float* lse,
                              const float* q, const float* k, const float* v, const int32_t* mask,
                              bool causal, float p, const DropoutKey& key,
                              int B, int T, int NH, int HS, cudaStream_t stream = 0);
+// v3, the v2 forward on tensor cores: S = Q K^T and P V as mma.sync tf32 in 3xTF32 (each fp32
+// operand split into two tf32s: fp32 accuracy). Same arguments and results as v2; the model's forward.
+void attention_forward_flash_tc(float* out, float* lse,
+                                const float* q, const float* k, const float* v, const int32_t* mask,
+                                bool causal, float p, const DropoutKey& key,
+                                int B, int T, int NH, int HS, cudaStream_t stream = 0);
 // v2 backward: recomputes the probabilities tile by tile from q, k and lse (no (T, T) matrix);
 // D_i = dout_i . out_i first, then dk, dv (a block per 16 keys, 8 at HS > 64) and dq (likewise queries).
 // Takes the flash forward's out and lse; adds into dq, dk, dv (any may be null). HS <= 128.

@@ -1,6 +1,7 @@
 // pipetrain — the command line. Each subcommand lives next to the code it drives.
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ const char* kUsage =
     "             --dp D --objective mlm|causal --trace F.json --dump-grads F.safetensors\n"
     "             --partition params|time|memory|uniform [--task classify --labels N --eval DEV.tsv]\n"
     "             [--save-every K --keep K] [--resume OUT/checkpoint-N] [--save-format hf|paddle]\n"
+    "             [--warmup N --weight-decay X --clip X --eval-every N --vocab-size N --timeout SECONDS]\n"
+    "             [--device cpu|cuda[:N] --dtype fp32|bf16 --comm auto|thread|nccl]\n"
     "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
     "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
@@ -33,6 +36,17 @@ const char* kUsage =
     "  partition  (--model DIR | --preset NAME) --stages P [--by time|params|memory]\n"
     "  bench-pipeline [--preset NAME] [--batch B] [--seq L] [--micro-batches M] [--stages 1,2,4]\n"
     "             [--schedules gpipe,1f1b,zb-h1] [--steps N] [--reps N]   measured vs simulated makespan\n";
+
+// `pipetrain CMD --help`: CMD's lines of kUsage (its own and the indented ones continuing it).
+std::string usage_of(const std::string& cmd) {
+    std::string out, line;
+    bool in = false;
+    for (std::istringstream lines(kUsage); std::getline(lines, line);) {
+        if (line.rfind("  ", 0) == 0 && line[2] != ' ') in = line.compare(2, cmd.size() + 1, cmd + " ") == 0;
+        if (in) out += line + "\n";
+    }
+    return out;
+}
 
 }  // namespace
 
@@ -50,6 +64,8 @@ int main(int argc, char** argv) {
     }
     std::string cmd = argv[1];
     std::vector<std::string> args(argv + 2, argv + argc);
+    for (const std::string& a : args)
+        if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("usage: pipetrain\n%s", usage_of(cmd).c_str()), 0;
     try {
         if (cmd == "train") return pt::train_main(args);
         if (cmd == "eval") return pt::eval_main(args);

@@ -129,6 +129,21 @@ TEST_CASE("--partition memory: the split `partition --by memory` prints, and 1F1
     }
 }
 
+TEST_CASE("pipetrain CMD --help prints that command's usage and exits 0") {
+    struct Case { std::string args, has, lacks; };
+    for (const Case& c : {Case{"train --help", "--micro-batches", "fill-mask"}, Case{"generate -h", "--temperature", "--stages"},
+                          Case{"bench-pipeline --help", "--schedules", "--prompt"}}) {
+        Run r = run_cli(c.args);
+        CAPTURE(c.args);
+        CAPTURE(r.out);
+        CHECK(r.code == 0);
+        CHECK(r.out.rfind("usage: pipetrain\n", 0) == 0);
+        CHECK(r.out.find(c.has) != std::string::npos);
+        CHECK(r.out.find(c.lacks) == std::string::npos);
+    }
+    CHECK(run_cli("frobnicate --help").code != 0);
+}
+
 TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     std::string out = temp_dir("bad");
     fs::remove_all(out);

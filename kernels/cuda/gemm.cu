@@ -220,9 +220,9 @@ gemm_bf16_mma_kernel(float* C, const __nv_bfloat16* Ab, const __nv_bfloat16* Bb,
         #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int idx = tid + i * 128, r = idx / 4, c = idx % 4;
-            const size_t g = (size_t)r * Kp + kt * BK4 + c * 8;
-            cp_async16(&As[s][swizzle(r, c)], a_src + g);
-            cp_async16(&Bs[s][swizzle(r, c)], b_src + g);
+            const size_t off = (size_t)r * Kp + kt * BK4 + c * 8;
+            cp_async16(&As[s][swizzle(r, c)], a_src + off);
+            cp_async16(&Bs[s][swizzle(r, c)], b_src + off);
         }
     };
     float acc[4][8][4] = {};  // [m16 tile][n8 tile][fragment]

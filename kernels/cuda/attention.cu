@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace ops {
 namespace cuda {
@@ -666,6 +667,18 @@ void flash_backward_launch(float* dq, float* dk, float* dv, const float* dout, c
     }
 }
 
+// Calls launch(std::integral_constant<int, HSP>()) for the padded head size the flash kernels
+// are instantiated for (32, 64 or 128 channels) that holds HS.
+template <class Launch>
+void with_padded_head(int HS, const char* fn, Launch&& launch) {
+    if (HS > 128)
+        throw std::runtime_error(std::string(fn) + ": head size HS = " + std::to_string(HS) +
+                                 " is not supported (at most 128)");
+    if (HS <= 32) launch(std::integral_constant<int, 32>());
+    else if (HS <= 64) launch(std::integral_constant<int, 64>());
+    else launch(std::integral_constant<int, 128>());
+}
+
 void check_smem(int floats, const char* fn, int T) {
     if (floats > kMaxSmemFloats)
         throw std::runtime_error(std::string(fn) + " (CUDA v1): sequence length T = " + std::to_string(T) +
@@ -720,39 +733,30 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
                              const int32_t* mask, bool causal, float p, const DropoutKey& key,
                              int B, int T, int NH, int HS, cudaStream_t stream) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
-    if (HS > 128)
-        throw std::runtime_error("attention_forward_flash: head size HS = " + std::to_string(HS) +
-                                 " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const dim3 grid = heads_grid(ceil_div(T, flash_warps(128, false) * kRows), B, NH, "attention_forward_flash");
     const dim3 block(32 * flash_warps(128, false));  // the same for every HSP
-    if (HS <= 32)
-        flash_forward_kernel<32><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
-    else if (HS <= 64)
-        flash_forward_kernel<64><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
-    else
-        flash_forward_kernel<128><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
-    CUDA_CHECK_LAST();
+    with_padded_head(HS, "attention_forward_flash", [&](auto hsp) {
+        constexpr int HSP = decltype(hsp)::value;
+        flash_forward_kernel<HSP><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
+        CUDA_CHECK_LAST();
+    });
 }
 
 void attention_forward_flash_tc(float* out, float* lse, const float* q, const float* k, const float* v,
                                 const int32_t* mask, bool causal, float p, const DropoutKey& key,
                                 int B, int T, int NH, int HS, cudaStream_t stream) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
-    if (HS > 128)
-        throw std::runtime_error("attention_forward_flash_tc: head size HS = " + std::to_string(HS) +
-                                 " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const dim3 grid = heads_grid(ceil_div(T, kTcQueries), B, NH, "attention_forward_flash_tc");
-    if (HS <= 32)
-        flash_forward_tc_kernel<32><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
-    else if (HS <= 64)
-        flash_forward_tc_kernel<64><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
-    else
-        flash_forward_tc_kernel<128><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
-    CUDA_CHECK_LAST();
+    with_padded_head(HS, "attention_forward_flash_tc", [&](auto hsp) {
+        constexpr int HSP = decltype(hsp)::value;
+        flash_forward_tc_kernel<HSP><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key,
+                                                                        T, NH, HS, scale);
+        CUDA_CHECK_LAST();
+    });
 }
 
 void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out,
@@ -760,23 +764,18 @@ void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout
                               const int32_t* mask, bool causal, float p, const DropoutKey& key,
                               int B, int T, int NH, int HS, cudaStream_t stream) {
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || (!dq && !dk && !dv)) return;
-    if (HS > 128)
-        throw std::runtime_error("attention_backward_flash: head size HS = " + std::to_string(HS) +
-                                 " is not supported (at most 128)");
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    const int64_t rows = (int64_t)B * NH * T;
-    float* D = nullptr;  // (B, NH, T) scratch: dout_i . out_i
-    CUDA_CHECK(cudaMallocAsync(&D, sizeof(float) * rows, stream));
-    flash_rowdot_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(D, dout, out, rows, T, NH, HS);
-    CUDA_CHECK_LAST();
-    if (HS <= 32)
-        flash_backward_launch<32>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
-    else if (HS <= 64)
-        flash_backward_launch<64>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
-    else
-        flash_backward_launch<128>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T, NH, HS, scale, stream);
-    CUDA_CHECK(cudaFreeAsync(D, stream));
+    with_padded_head(HS, "attention_backward_flash", [&](auto hsp) {
+        const int64_t rows = (int64_t)B * NH * T;
+        float* D = nullptr;  // (B, NH, T) scratch: dout_i . out_i
+        CUDA_CHECK(cudaMallocAsync(&D, sizeof(float) * rows, stream));
+        flash_rowdot_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(D, dout, out, rows, T, NH, HS);
+        CUDA_CHECK_LAST();
+        flash_backward_launch<decltype(hsp)::value>(dq, dk, dv, dout, lse, D, q, k, v, mask, causal, p, s, key, B, T,
+                                                    NH, HS, scale, stream);
+        CUDA_CHECK(cudaFreeAsync(D, stream));
+    });
 }
 
 }  // namespace cuda

@@ -140,9 +140,17 @@ int generate_main(const std::vector<std::string>& argv) {
     std::vector<std::string> pieces;
     for (size_t i = 1; i < ids.size(); i++) pieces.push_back(m.tok->token(ids[i]));
     int V = m.cfg.vocab_size;
+    // Only text is sampled, whatever weight the model gives the rest: never [CLS], [MASK],
+    // [UNK] or an id past vocab.txt. [SEP] and [PAD] are kept: they end the text.
+    std::vector<bool> never(V, false);
+    for (int id = int(m.tok->size()); id < V; id++) never[id] = true;
+    for (int32_t id : {m.tok->cls_id(), m.tok->mask_id(), m.tok->unk_id()})
+        if (id >= 0 && id < V) never[id] = true;
     for (int k = 0; k < n_new && int(ids.size()) < m.cfg.max_position_embeddings; k++) {
         std::vector<float> logits = logits_of(m, ids, true);
-        const float* last = logits.data() + (ids.size() - 1) * V;
+        float* last = logits.data() + (ids.size() - 1) * V;
+        for (int id = 0; id < V; id++)
+            if (never[id]) last[id] = -INFINITY;
         std::vector<int> order = top_ids(last, V, top_k);
         int K = int(order.size());
         // Sample among the top K with temperature (0 = greedy), from a small xorshift generator.
@@ -156,7 +164,7 @@ int generate_main(const std::vector<std::string>& argv) {
         int32_t id = order[pick];
         if (id == m.tok->sep_id() || id == m.tok->pad_id()) break;
         ids.push_back(id);
-        pieces.push_back(id < int(m.tok->size()) ? m.tok->token(id) : "[UNK]");
+        pieces.push_back(m.tok->token(id));
     }
     std::printf("%s\n", detokenize(pieces).c_str());
     return 0;

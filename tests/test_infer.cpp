@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include "src/safetensors.hpp"
+#include "src/tokenizer.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -65,6 +67,19 @@ TEST_CASE("generate: a causal model continues the sentence it learned") {
     Run g = run_cli("generate --model " + out + " --prompt 今天天气 --tokens 6 --temperature 0");
     REQUIRE_MESSAGE(g.code == 0, g.out);
     CHECK(g.out == "今天天气很好，我们去\n");
+    // Tokens that are not text are never sampled, however likely: with the output bias of
+    // [CLS], [MASK] and [UNK] raised far above every other logit, the text is the same.
+    pt::st::File f = pt::st::read(out + "/model.safetensors");
+    std::vector<float> bias = f.to_f32("cls.predictions.bias");
+    pt::Tokenizer tok = pt::Tokenizer::from_file(out + "/vocab.txt");
+    for (int32_t id : {tok.cls_id(), tok.mask_id(), tok.unk_id()}) bias[id] = 1e4f;
+    pt::st::Writer w;
+    for (const pt::st::TensorInfo& t : f.tensors)
+        if (t.name == "cls.predictions.bias") w.add_f32(t.name, t.shape, bias.data());
+        else w.add(t.name, t.dtype, t.shape, f.data.data() + t.begin, t.end - t.begin);
+    w.write(out + "/model.safetensors");
+    Run special = run_cli("generate --model " + out + " --prompt 今天天气 --tokens 6 --temperature 0");
+    CHECK(special.out == "今天天气很好，我们去\n");
     Run bad = run_cli("generate --model /no/such/model --prompt x");
     CHECK(bad.code != 0);
     CHECK(bad.out.find("/no/such/model") != std::string::npos);

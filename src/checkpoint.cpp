@@ -321,8 +321,30 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
 
 ModelConfig load_model_config(const std::string& dir) {
     if (!fs::is_directory(dir)) fail(dir, "not a model directory");
-    for (const char* name : {"config.json", "model_config.json"})
-        if (fs::exists(dir + "/" + name)) return ModelConfig::from_json_file(dir + "/" + name);
+    for (const char* name : {"config.json", "model_config.json"}) {
+        std::string path = dir + "/" + name;
+        if (!fs::exists(path)) continue;
+        ModelConfig c = ModelConfig::from_json_file(path);
+        // The tensors every checkpoint of this shape holds, at 2 bytes (bf16) or more each, must
+        // about fit in its weight files: a wrong size would otherwise allocate gigabytes before the
+        // first tensor is checked (or the OOM killer ends the process). Within 64 MiB, the load
+        // itself names the tensor that is wrong.
+        uintmax_t bytes = 0;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            std::string f = e.path().filename().string();
+            if (f.size() > 12 && f.compare(f.size() - 12, 12, ".safetensors") == 0 && f != "optimizer.safetensors")
+                bytes += e.file_size(ec);
+        }
+        double C = c.hidden_size, I = c.intermediate_size;
+        double least = 2 * ((double(c.vocab_size) + c.max_position_embeddings + c.type_vocab_size) * C +
+                            c.num_hidden_layers * (4 * C * C + 2 * C * I));
+        if (bytes > 0 && least > double(bytes) + double(64 << 20))
+            fail(path, "its sizes need at least " + std::to_string(uintmax_t(least)) + " bytes of weights, the "
+                       ".safetensors files in " + dir + " hold " + std::to_string(bytes) +
+                       " (check vocab_size, hidden_size, intermediate_size, num_hidden_layers, max_position_embeddings)");
+        return c;
+    }
     fail(dir, "no config.json (or PaddleNLP model_config.json)");
 }
 

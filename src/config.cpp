@@ -1,5 +1,6 @@
 #include "src/config.hpp"
 
+#include <cstdint>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,15 @@ void ModelConfig::check(const std::string& source) const {
         intermediate_size <= 0 || max_position_embeddings <= 0 || type_vocab_size <= 0)
         bad("sizes must be positive (vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "
             "intermediate_size, max_position_embeddings, type_vocab_size)");
+    // Every table is indexed with 32-bit element counts, and a model of more than 1024 blocks is a
+    // typo here, not a model.
+    if (num_hidden_layers > 1024) bad("num_hidden_layers " + std::to_string(num_hidden_layers) + " is above 1024");
+    for (auto [key, rows] : {std::pair{"vocab_size", vocab_size}, {"max_position_embeddings", max_position_embeddings},
+                             {"type_vocab_size", type_vocab_size}, {"task_type_vocab_size", task_type_vocab_size},
+                             {"intermediate_size", intermediate_size}, {"hidden_size", hidden_size}, {"num_labels", num_labels}})
+        if (int64_t(rows) * hidden_size > INT32_MAX)
+            bad(std::string(key) + " " + std::to_string(rows) + " × hidden_size " + std::to_string(hidden_size) +
+                " is more than 2^31 elements");
     if (hidden_size % num_attention_heads != 0)
         bad("hidden_size " + std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
             std::to_string(num_attention_heads));
@@ -76,8 +86,11 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
             if (required) throw std::runtime_error(source + ": missing key \"" + key + "\"");
             return;
         }
-        if (!j[key].is_number_integer()) throw std::runtime_error(source + ": \"" + key + "\" must be an integer");
-        out = j[key].get<int>();
+        const json& v = j[key];
+        if (!v.is_number_integer()) throw std::runtime_error(source + ": \"" + key + "\" must be an integer");
+        if (v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX : v.get<int64_t>() < INT32_MIN)
+            throw std::runtime_error(source + ": \"" + key + "\" " + v.dump() + " is out of range");
+        out = v.get<int>();
     };
     auto get_float = [&](const char* key, float& out) {
         if (!j.contains(key)) return;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -31,6 +32,12 @@ void fail(const std::string& path, const std::string& what, int err) {
 std::string read_file(const std::string& path) {
     Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
     if (in.fd < 0) fail(path, "cannot open", errno);
+    struct stat st;
+    if (::fstat(in.fd, &st) != 0) fail(path, "cannot stat", errno);
+    if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a file", 0);
+    // A pipe or a terminal ends when its writer is done; /dev/zero never does, so what is not a
+    // regular file is read up to a bound.
+    const size_t limit = S_ISREG(st.st_mode) ? SIZE_MAX : size_t(256) << 20;
     std::string data;
     char buf[1 << 16];
     for (;;) {
@@ -39,6 +46,7 @@ std::string read_file(const std::string& path) {
         if (n < 0) fail(path, "cannot read", errno);
         if (n == 0) return data;
         data.append(buf, size_t(n));
+        if (data.size() > limit) fail(path, "more than 256 MiB from a pipe or a device (use a regular file)", 0);
     }
 }
 
@@ -77,6 +85,16 @@ std::vector<std::string> split_lines(const std::string& data) {
 }
 
 std::vector<std::string> read_lines(const std::string& path) { return split_lines(read_file(path)); }
+
+void check_output_path(const std::string& path, const std::string& flag) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (path.empty()) throw std::runtime_error(flag + ": expected a file path, got \"\"");
+    if (fs::is_directory(path, ec)) throw std::runtime_error(flag + ": " + path + " is a directory, expected a file path");
+    fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+        throw std::runtime_error(flag + ": " + path + ": the directory " + parent.string() + " does not exist");
+}
 
 void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks) {
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());

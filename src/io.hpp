@@ -12,6 +12,8 @@ namespace pt {
 // control characters made spaces: one line, whatever the path or a quoted file content holds.
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err = 0);
 
+// A file's bytes; a directory is an error, and so are more than 256 MiB from a pipe or a
+// device (/dev/zero never ends).
 std::string read_file(const std::string& path);
 // A regular file's bytes, read into a buffer of its size; a FIFO or a directory is an error
 // (not a hang), and so is a file that shrinks while it is read.
@@ -20,6 +22,9 @@ std::vector<uint8_t> read_bytes(const std::string& path);
 // counts, a trailing LF does not start another one.
 std::vector<std::string> split_lines(const std::string& data);
 std::vector<std::string> read_lines(const std::string& path);
+// Before a long run: a file that `flag` asks to be written later can be, as far as it can be
+// told now (not a directory, its directory exists). Throws "<flag>: <path>: <what>".
+void check_output_path(const std::string& path, const std::string& flag);
 // Every field between separators, empty ones included: "a,,b," is {"a", "", "b", ""}.
 std::vector<std::string> split(std::string_view s, char sep);
 

@@ -231,7 +231,13 @@ bool is_special(const std::string& token) {
 // ---- Tokenizer -----------------------------------------------------------------------------
 
 Tokenizer Tokenizer::from_file(const std::string& vocab_path) {
-    return Tokenizer(read_lines(vocab_path), vocab_path);
+    // Hugging Face and PaddleNLP read vocab.txt in Python's text mode, where CR LF and a lone CR
+    // end a line as LF does: a vocabulary saved on Windows is the same vocabulary.
+    std::string text = read_file(vocab_path), lf;
+    for (size_t i = 0; i < text.size(); i++)
+        if (text[i] != '\r') lf += text[i];
+        else if (i + 1 == text.size() || text[i + 1] != '\n') lf += '\n';
+    return Tokenizer(split_lines(lf), vocab_path);
 }
 
 Tokenizer::Tokenizer(const std::vector<std::string>& vocab_lines, const std::string& source_name)
@@ -404,7 +410,7 @@ int tokenize_main(const std::vector<std::string>& argv) {
             std::fputs("usage: pipetrain tokenize --vocab FILE [--ids] (TEXT | --file F)\n", stdout);
             return 0;
         }
-        Args a(argv, {"--vocab", "--file"}, {"--ids"});
+        Args a(argv, {"--vocab", "--file"}, {"--ids"}, true);
         if (a.positional().size() > 1) throw std::runtime_error("TEXT: more than one argument (quote the text)");
         bool have_text = a.positional().size() == 1;
         if (have_text == a.has("--file")) throw std::runtime_error("TEXT / --file: give exactly one of them");

@@ -27,7 +27,8 @@ namespace pt {
 
 class Tokenizer {
   public:
-    // vocab.txt: token i is line i (LF-separated; a `token<TAB>id` line is read as `token`);
+    // vocab.txt: token i is line i (LF, CR LF or CR end a line, as in Python's text mode; a
+    // `token<TAB>id` line is read as `token`);
     // a token that appears twice gets the id of its later line. [UNK] must be present.
     static Tokenizer from_file(const std::string& vocab_path);
     Tokenizer(const std::vector<std::string>& vocab_lines, const std::string& source_name);

@@ -508,7 +508,19 @@ TEST_CASE("CLI: every broken input makes eval exit non-zero with one line naming
     cases.push_back({"vocab.txt", "vocab_size", [&] {
                          std::ofstream(model + "/vocab.txt", std::ios::app) << "extra\n";
                      }});
-    REQUIRE(cases.size() >= 20);
+    // config.json sizes that the weights cannot hold fail before the model is allocated: 2^32 + 16
+    // wrapped to 16 and loaded, 4e8 x 8 and 4e7 x 8 allocated gigabytes (the first one was killed).
+    auto vocab_size = [&](const std::string& v) {
+        return [=] {
+            std::string cfg = read_file(base + "/config.json");
+            cfg.replace(cfg.find("\"vocab_size\": 16"), 16, "\"vocab_size\": " + v);
+            std::ofstream(model + "/config.json") << cfg;
+        };
+    };
+    cases.push_back({"config.json", "\"vocab_size\" 4294967312 is out of range", vocab_size("4294967312")});
+    cases.push_back({"config.json", "vocab_size 400000000 × hidden_size 8 is more than 2^31 elements", vocab_size("400000000")});
+    cases.push_back({"config.json", "its sizes need at least 640001", vocab_size("40000000")});
+    REQUIRE(cases.size() >= 23);
     for (const Case& c : cases) {
         fs::remove_all(model);
         copy_dir(base, model);

@@ -115,6 +115,12 @@ TEST_CASE("goldens: every line of input.txt gives tokens.txt and ids.txt exactly
     CHECK(mismatches == 0);
 }
 
+static fs::path temp_dir() {
+    fs::path dir = fs::temp_directory_path() / ("pt_test_tokenizer_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    return dir;
+}
+
 TEST_CASE("vocab rules: line = id, last duplicate wins, token<TAB>id, [UNK] by name") {
     Tokenizer tok({"[PAD]", "a", "model\t7", "b", "a", "[UNK]", "##s"}, "mem");
     CHECK(tok.size() == 7);
@@ -137,6 +143,18 @@ TEST_CASE("vocab rules: line = id, last duplicate wins, token<TAB>id, [UNK] by n
     CHECK(golden.cls_id() == 1);
     CHECK(golden.sep_id() == 2);
     CHECK(golden.mask_id() == 3);
+
+    // Python's text mode, which Hugging Face and PaddleNLP read vocab.txt in, ends a line at CR LF
+    // and at a lone CR as at LF: a vocabulary saved on Windows has the same ids.
+    fs::path dir = temp_dir();
+    std::ofstream((dir / "crlf.txt").string(), std::ios::binary) << "[PAD]\r\n[UNK]\r\na\rb\r\n##s\r";
+    Tokenizer crlf = Tokenizer::from_file((dir / "crlf.txt").string());
+    CHECK(crlf.size() == 5);
+    CHECK(crlf.unk_id() == 1);
+    CHECK(crlf.id("a") == 2);
+    CHECK(crlf.id("b") == 3);
+    CHECK(crlf.token(4) == "##s");
+    fs::remove_all(dir);
 }
 
 TEST_CASE("a vocab without [UNK] is a one-line error naming the file") {
@@ -305,11 +323,6 @@ TEST_CASE("build_vocab: specials first, every CJK character, capped, determinist
 
 // ---- the CLI -------------------------------------------------------------------------------
 
-static fs::path temp_dir() {
-    fs::path dir = fs::temp_directory_path() / ("pt_test_tokenizer_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    return dir;
-}
 
 TEST_CASE("vocab_main and tokenize_main: files written atomically, bad flags return 2") {
     fs::path dir = temp_dir();
@@ -331,6 +344,8 @@ TEST_CASE("vocab_main and tokenize_main: files written atomically, bad flags ret
     CHECK(pt::tokenize_main({"--vocab", kDir + "vocab.txt"}) == 2);  // no TEXT or --file
     CHECK(pt::tokenize_main({"--vocab", kDir + "vocab_no_unk.txt", "x"}) == 2);
     CHECK(pt::tokenize_main({"--vocab", kDir + "vocab.txt", "--file", kDir + "invalid_utf8.bin"}) == 2);
+    CHECK(pt::tokenize_main({"--vocab", kDir + "vocab.txt", "--file", "/dev/zero"}) == 2);   // it never ended
+    CHECK(pt::tokenize_main({"--vocab", kDir + "vocab.txt", "--file", "/dev/null"}) == 0);   // empty, not an error
     fs::remove_all(dir);
 }
 

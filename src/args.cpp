@@ -9,13 +9,16 @@
 namespace pt {
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
-           const std::set<std::string>& switches) {
+           const std::set<std::string>& switches, bool take_positional) {
     for (size_t i = 0; i < argv.size(); i++) {
         const std::string& a = argv[i];
         if (a.rfind("--", 0) != 0 || a == "--") {
+            if (!take_positional) throw std::runtime_error("\"" + a + "\": unexpected argument (this command takes flags only)");
             positional_.push_back(a);
         } else if (valued.count(a)) {
-            if (i + 1 >= argv.size()) throw std::runtime_error(a + ": expected a value");
+            // "--seed --out DIR" is a forgotten value, not a seed called "--out".
+            if (i + 1 >= argv.size() || argv[i + 1].empty() || valued.count(argv[i + 1]) || switches.count(argv[i + 1]))
+                throw std::runtime_error(a + ": expected a value");
             values_[a] = argv[++i];   // the last one wins, so wrapper scripts can override defaults
         } else if (switches.count(a)) {
             switches_on_.insert(a);

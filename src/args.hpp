@@ -11,9 +11,11 @@ namespace pt {
 
 class Args {
  public:
-    // `valued` lists the flags that take a value, `switches` the ones that do not.
+    // `valued` lists the flags that take a value, `switches` the ones that do not. A command
+    // without positional arguments rejects any; one with them (take_positional) checks them itself.
+    // A flag given twice takes its last value, so wrapper scripts can override their defaults.
     Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
-         const std::set<std::string>& switches = {});
+         const std::set<std::string>& switches = {}, bool take_positional = false);
     bool has(const std::string& flag) const;
     std::string str(const std::string& flag, const std::string& fallback = "") const;
     std::string required(const std::string& flag) const;

@@ -89,6 +89,15 @@ std::vector<int> top_ids(const Score* x, int V, int k) {
     return order;
 }
 
+// The ids of a text given on the command line; an error names the argument.
+std::vector<int32_t> encode(const Tokenizer& tok, const std::string& text, const std::string& what) {
+    try {
+        return tok.encode(text);
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(what + ": " + e.what());
+    }
+}
+
 // Joins WordPiece tokens back into text: "##" pieces attach to the previous token, CJK
 // characters need no spaces, other words do.
 std::string detokenize(const std::vector<std::string>& pieces) {
@@ -104,12 +113,12 @@ std::string detokenize(const std::vector<std::string>& pieces) {
 }  // namespace
 
 int fill_mask_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--model", "--top"});
+    Args a(argv, {"--model", "--top"}, {}, true);
     if (a.positional().size() != 1) throw std::runtime_error("usage: pipetrain fill-mask --model DIR TEXT (TEXT holds [MASK])");
     LoadedModel m = load(a.required("--model"), false);
     int top = int(a.integer("--top", 5, 1, 100));
     std::vector<int32_t> ids = {m.tok->cls_id()};
-    for (int32_t id : m.tok->encode(a.positional()[0])) ids.push_back(id);
+    for (int32_t id : encode(*m.tok, a.positional()[0], "TEXT")) ids.push_back(id);
     ids.push_back(m.tok->sep_id());
     check_length(m, ids, "TEXT");
     std::vector<float> logits = logits_of(m, ids, false);
@@ -135,7 +144,7 @@ int generate_main(const std::vector<std::string>& argv) {
     double temperature = a.real("--temperature", 0.8, 0);
     uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;
     std::vector<int32_t> ids = {m.tok->cls_id()};
-    for (int32_t id : m.tok->encode(a.required("--prompt"))) ids.push_back(id);
+    for (int32_t id : encode(*m.tok, a.required("--prompt"), "--prompt")) ids.push_back(id);
     check_length(m, ids, "--prompt", 1);   // and one position for the first new token
     std::vector<std::string> pieces;
     for (size_t i = 1; i < ids.size(); i++) pieces.push_back(m.tok->token(ids[i]));
@@ -146,7 +155,8 @@ int generate_main(const std::vector<std::string>& argv) {
     for (int id = int(m.tok->size()); id < V; id++) never[id] = true;
     for (int32_t id : {m.tok->cls_id(), m.tok->mask_id(), m.tok->unk_id()})
         if (id >= 0 && id < V) never[id] = true;
-    for (int k = 0; k < n_new && int(ids.size()) < m.cfg.max_position_embeddings; k++) {
+    int made = 0;
+    for (; made < n_new && int(ids.size()) < m.cfg.max_position_embeddings; made++) {
         std::vector<float> logits = logits_of(m, ids, true);
         float* last = logits.data() + (ids.size() - 1) * V;
         for (int id = 0; id < V; id++)
@@ -167,6 +177,9 @@ int generate_main(const std::vector<std::string>& argv) {
         pieces.push_back(m.tok->token(id));
     }
     std::printf("%s\n", detokenize(pieces).c_str());
+    if (made < n_new && int(ids.size()) == m.cfg.max_position_embeddings)
+        std::fprintf(stderr, "generate: stopped at the model's %d positions (max_position_embeddings)\n",
+                     m.cfg.max_position_embeddings);
     return 0;
 }
 

@@ -41,7 +41,7 @@ void print_tensors(const Checkpoint& c) {
 }  // namespace
 
 int inspect_main(const std::vector<std::string>& argv) {
-    Args a(argv, {}, {"--strict"});
+    Args a(argv, {}, {"--strict"}, true);
     if (a.positional().size() != 1)
         throw std::runtime_error("expected one FILE.safetensors or model DIR (inspect FILE | DIR [--strict])");
     const std::string target = a.positional()[0];
@@ -83,7 +83,7 @@ int inspect_main(const std::vector<std::string>& argv) {
     } catch (const std::exception& e) {
         report(Problem::error, e.what());
     }
-    if (errors) std::printf("%d error%s: a load of %s fails\n", errors, errors > 1 ? "s" : "", target.c_str());
+    if (errors) std::fprintf(stderr, "%d error%s: a load of %s fails\n", errors, errors > 1 ? "s" : "", target.c_str());
     else std::printf("ok: %s loads\n", target.c_str());
     return errors ? 1 : 0;
 }

@@ -17,23 +17,27 @@
 namespace {
 
 const char* kUsage =
-    "usage: pipetrain COMMAND [flags]\n"
-    "  train      (--data F | --inputs F.safetensors) --out DIR [--model DIR | --preset NAME]\n"
-    "             --stages P --micro-batches M --batch B --seq L --schedule gpipe|1f1b|interleaved|zb-h1\n"
-    "             [--chunks V] --recompute none|full --steps N --lr X --seed S --dropout P --threads T\n"
-    "             --dp D --objective mlm|causal --trace F.json --dump-grads F.safetensors\n"
-    "             --partition params|time|memory|uniform [--task classify --labels N --eval DEV.tsv]\n"
-    "             [--save-every K --keep K] [--resume OUT/checkpoint-N] [--save-format hf|paddle]\n"
-    "             [--warmup N --weight-decay X --clip X --eval-every N --vocab-size N --timeout SECONDS]\n"
-    "             [--device cpu|cuda[:N] --dtype fp32|bf16 --comm auto|thread|nccl]\n"
-    "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--dump-logits F]\n"
+    "usage: pipetrain COMMAND [flags]          (flags in [ ] are optional)\n"
+    "  train      (--data F | --inputs F.safetensors) --out DIR [--model DIR | --preset NAME | --resume DIR]\n"
+    "             [--stages P] [--micro-batches M] [--batch B] [--seq L] [--dp D] [--chunks V]\n"
+    "             [--schedule gpipe|1f1b|interleaved|zb-h1] [--recompute none|full]\n"
+    "             [--partition params|time|memory|uniform] [--objective mlm|causal] [--vocab-size N]\n"
+    "             [--steps N] [--lr X] [--warmup N] [--weight-decay X] [--clip X] [--dropout P] [--seed S]\n"
+    "             [--task classify --labels N [--eval DEV.tsv]] [--eval-every N]\n"
+    "             [--save-every K [--keep K]] [--save-format hf|paddle] [--trace F.json] [--dump-grads F]\n"
+    "             [--threads T] [--timeout SECONDS] [--device cpu|cuda[:N]] [--dtype fp32|bf16]\n"
+    "             [--comm auto|thread|nccl]\n"
+    "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--seq L]\n"
+    "             [--seed S] [--threads T] [--dump-logits F]\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
     "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
     "  inspect    FILE.safetensors | DIR [--strict]\n"
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
-    "  schedule   --stages P --micro-batches M --schedule S [--chunks V] [--costs f,bi,bw,comm] [--trace F]\n"
-    "  partition  (--model DIR | --preset NAME) --stages P [--by time|params|memory]\n"
+    "  schedule   [--stages P] [--micro-batches M] [--schedule S] [--chunks V] [--costs f,bi,bw,comm]\n"
+    "             [--trace F]\n"
+    "  partition  (--model DIR | --preset NAME) [--stages P] [--by time|params|memory|uniform] [--batch B]\n"
+    "             [--seq L]\n"
     "  bench-pipeline [--preset NAME] [--batch B] [--seq L] [--micro-batches M] [--stages 1,2,4]\n"
     "             [--schedules gpipe,1f1b,zb-h1] [--steps N] [--reps N]   measured vs simulated makespan\n";
 
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
         if (cmd == "generate") return pt::generate_main(args);
         if (cmd == "inspect") return pt::inspect_main(args);
         if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
-        std::fprintf(stderr, "pipetrain: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
+        std::fprintf(stderr, "pipetrain: unknown command \"%s\" (pipetrain --help lists them)\n", cmd.c_str());
         return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "pipetrain %s: %s\n", cmd.c_str(), e.what());

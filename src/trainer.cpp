@@ -87,6 +87,7 @@ Setup make_setup(const Args& a, bool training) {
     if (a.has("--model") + a.has("--preset") + a.has("--resume") > 1)
         throw std::runtime_error("--model / --preset / --resume: give only one of them");
     if (a.has("--model") || a.has("--resume")) {
+        if (a.has("--vocab-size")) throw std::runtime_error("--vocab-size: only with --preset (the model has its vocab.txt)");
         s.model_dir = a.has("--resume") ? a.str("--resume") : a.str("--model");
         s.cfg = load_model_config(s.model_dir);
         s.vocab = load_vocab_lines(s.model_dir, s.cfg);
@@ -94,6 +95,8 @@ Setup make_setup(const Args& a, bool training) {
         else if (has_data) throw std::runtime_error(s.model_dir + "/vocab.txt: missing (needed to tokenize --data)");
     } else {
         if (!training) throw std::runtime_error("--model: required");
+        if (a.has("--vocab-size") && !has_data)
+            throw std::runtime_error("--vocab-size: only with --data (the vocabulary is built from the corpus)");
         s.cfg = ModelConfig::preset(a.str("--preset", "tiny"));
         if (has_data) {
             // A preset trained on a corpus gets a vocabulary built from that corpus.
@@ -104,9 +107,12 @@ Setup make_setup(const Args& a, bool training) {
         }
     }
     if (s.vocab.empty()) s.vocab = placeholder_vocab(s.cfg.vocab_size);
+    if (!a.has("--seq")) s.T = std::min(s.T, s.cfg.max_position_embeddings);   // the default fits a small model
     bool classify = a.str("--task", s.cfg.num_labels > 0 ? "classify" : "lm") == "classify";
     if (a.has("--task") && a.str("--task") != "classify" && a.str("--task") != "lm")
         throw std::runtime_error("--task: expected lm or classify, got \"" + a.str("--task") + "\"");
+    for (const char* flag : {"--labels", "--eval"})
+        if (!classify && a.has(flag)) throw std::runtime_error(std::string(flag) + ": only with --task classify");
     if (classify) {
         int labels = int(a.integer("--labels", s.cfg.num_labels, 0, 1 << 20));
         if (labels < 2) throw std::runtime_error("--labels: --task classify needs the number of classes (at least 2)");
@@ -114,7 +120,7 @@ Setup make_setup(const Args& a, bool training) {
             throw std::runtime_error("--labels: the model has " + std::to_string(s.cfg.num_labels) + " labels, not " +
                                      std::to_string(labels));
         s.cfg.num_labels = labels;
-        if (!has_data) throw std::runtime_error("--data: --task classify reads a TSV (label<TAB>text_a)");
+        if (!has_data) throw std::runtime_error("--data: a classifier (--task classify, or a model with num_labels) reads a TSV (label<TAB>text_a)");
     }
     // A causal model says so in its config.json (is_decoder), so eval and a further run default to
     // it. A classifier never is one: it reads [CLS], which a causal mask would hide from the text.
@@ -147,6 +153,7 @@ Setup make_setup(const Args& a, bool training) {
         s.eval = make_eval_batches(c.eval, eval_rows, s.objective, s.special, s.seed);
     } else {
         s.fixed = load_inputs(a.str("--inputs"), s.objective);
+        if (s.fixed.num_targets() == 0) throw std::runtime_error(a.str("--inputs") + ": no target (every label is -100)");
         s.T = s.fixed.T;
         s.eval = {s.fixed};
     }
@@ -207,6 +214,9 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
     }
     if (by != "time" && by != "memory")
         throw std::runtime_error("--partition/--by: expected time, params, memory or uniform, got \"" + by + "\"");
+    if (T > cfg.max_position_embeddings)   // the layers are run on a B x T batch
+        throw std::runtime_error("--seq: " + std::to_string(T) + " exceeds the model's max_position_embeddings " +
+                                 std::to_string(cfg.max_position_embeddings));
     // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
     // device the run will use; for memory, one forward's stash is the layer's activation memory.
     Device caller = current_device();
@@ -435,8 +445,9 @@ void save_checkpoint(World& w, int step) {
     std::vector<std::pair<int, fs::path>> all;
     for (const auto& e : fs::directory_iterator(w.out)) {
         std::string name = e.path().filename().string();
-        if (name.rfind("checkpoint-", 0) == 0 && name.find(".tmp") == std::string::npos)
-            all.push_back({std::atoi(name.c_str() + 11), e.path()});
+        int n = std::atoi(name.c_str() + 11);   // a later one is another run's: not ours to delete
+        if (name.rfind("checkpoint-", 0) == 0 && name.find(".tmp") == std::string::npos && n <= step)
+            all.push_back({n, e.path()});
     }
     std::sort(all.begin(), all.end());
     for (size_t i = 0; i + size_t(w.keep) < all.size(); i++) fs::remove_all(all[i].second);
@@ -446,7 +457,7 @@ void save_checkpoint(World& w, int step) {
 // --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
-void load_resume_state(World& w, const std::string& dir) {
+nlohmann::json load_resume_state(World& w, const std::string& dir) {
     std::string path = dir + "/trainer_state.json";
     nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
     if (saved.is_discarded() || !saved.is_object() || !saved.contains("step") || !saved["step"].is_number_integer())
@@ -455,9 +466,10 @@ void load_resume_state(World& w, const std::string& dir) {
         if (!saved.contains(key) || saved[key] != value)
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
                                      (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " + value.dump());
+    if (saved["step"].get<int64_t>() < 0 || saved["step"].get<int64_t>() > w.steps)
+        throw std::runtime_error(saved["step"].get<int64_t>() < 0 ? path + ": \"step\" is negative"
+                                 : "--steps: the checkpoint is at step " + saved["step"].dump());
     w.start_step = saved["step"].get<int>();
-    if (w.start_step > w.steps)
-        throw std::runtime_error("--steps: the checkpoint is at step " + std::to_string(w.start_step));
     st::File f = st::read(dir + "/optimizer.safetensors");
     for (size_t r = 0; r < w.stages.size(); r++) {
         std::vector<Layer*> layers = w.stages[r]->layers();
@@ -472,6 +484,7 @@ void load_resume_state(World& w, const std::string& dir) {
                 }
             }
     }
+    return saved;
 }
 
 Device device_of_rank(const World& w, int rank) {
@@ -540,6 +553,10 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         double sumsq = 0;
         for (double x : partial) sumsq += x;
         double norm = std::sqrt(sumsq);
+        // Every rank knows the norm, so all stop together, before the update spreads the NaN.
+        if (!std::isfinite(norm))
+            throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " + (std::isnan(norm) ? "NaN" : "infinite") +
+                                     ": training diverged (lower --lr); nothing saved after the last checkpoint");
         float coef = norm > w.clip ? float(w.clip / (norm + 1e-6)) : 1.0f;
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
         for (size_t li = 0; li < stage.layers().size(); li++) {
@@ -627,7 +644,7 @@ int train_main(const std::vector<std::string>& argv) {
     w.warmup = int(a.integer("--warmup", std::max(1, w.steps / 10), 1, 1 << 30));
     w.dump_grads = a.str("--dump-grads");
     w.eval_every = int(a.integer("--eval-every", s.cfg.num_labels > 0 ? std::max(1, w.steps / 5) : 0, 0, 1 << 30));
-    double timeout = a.real("--timeout", 120.0, 1e-3);
+    double timeout = a.real("--timeout", 120.0, 1e-3, 1e6);
     bool fixed = s.train.empty() && s.examples.empty();
     s.B = fixed ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
     if (fixed && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
@@ -682,10 +699,27 @@ int train_main(const std::vector<std::string>& argv) {
     w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
+    if (a.has("--keep") && w.save_every == 0) throw std::runtime_error("--keep: only with --save-every (it keeps the last K checkpoints)");
     w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", s.cfg.is_decoder ? "causal" : "mlm"},
-               {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay}};
-    if (a.has("--resume")) load_resume_state(w, a.str("--resume"));
-    // --out is made before training, so that one that cannot be written fails now, not after the run.
+               {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay},
+               {"dropout", std::stod(std::to_string(s.cfg.hidden_dropout_prob))}};   // 0.1, not 0.10000000149
+    if (a.has("--resume")) {
+        namespace fs = std::filesystem;
+        fs::path from = fs::weakly_canonical(a.str("--resume")), to = fs::weakly_canonical(w.out);
+        if (std::mismatch(from.begin(), from.end(), to.begin(), to.end()).first == from.end())
+            throw std::runtime_error("--out: " + w.out + " is inside the checkpoint --resume reads (" + a.str("--resume") +
+                                     "): saving there would overwrite it");
+        nlohmann::json saved = load_resume_state(w, a.str("--resume"));
+        // A resumed run saves as the run it continues did, unless told otherwise.
+        if (!a.has("--save-format") && saved.contains("save-format") && saved["save-format"] == "paddle") w.save_format = "paddle";
+    }
+    w.state["save-format"] = w.save_format;   // not compared on --resume: it does not change the bits
+    // What the run will write is checked, and --out made, before training: a path that cannot be
+    // written fails now, not after the run.
+    for (const char* flag : {"--trace", "--dump-grads"})
+        if (a.has(flag)) check_output_path(a.str(flag), flag);
+    for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
+        if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
     bool made_out = !std::filesystem::exists(w.out);
     {
         std::error_code ec;
@@ -775,8 +809,11 @@ int eval_main(const std::vector<std::string>& argv) {
     std::vector<std::unique_ptr<Layer>> owned;
     std::vector<Layer*> layers;
     for (int i = 0; i < num_model_layers(s.cfg); i++) owned.push_back(make_layer(s.cfg, i)), layers.push_back(owned.back().get());
+    if (a.has("--dump-logits")) check_output_path(a.str("--dump-logits"), "--dump-logits");
     load_weights(s.model_dir, layers);
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
+    if (ev.targets == 0)
+        throw std::runtime_error(a.str(a.has("--data") ? "--data" : "--inputs") + ": nothing to evaluate (no target position)");
     std::printf("%s\n", ev.summary(s.cfg.num_labels > 0).c_str());
     if (a.has("--dump-logits")) {
         // The tensors of the fixtures' expected.safetensors, for the first eval batch:
@@ -823,10 +860,18 @@ int schedule_main(const std::vector<std::string>& argv) {
     pp::Schedule sched = make_schedule(a.str("--schedule", "1f1b"), P, M, V);
     pp::validate(sched);
     pp::Costs costs;
-    if (a.has("--costs")) {
-        double c[4];
-        if (std::sscanf(a.str("--costs").c_str(), "%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]) != 4)
-            throw std::runtime_error("--costs: expected f,bi,bw,comm (four numbers)");
+    if (a.has("--costs")) {   // times of one micro-batch: F and BI must take some, BW and comm may not
+        std::vector<std::string> f = split(a.str("--costs"), ',');
+        std::vector<double> c;
+        for (const std::string& x : f) {
+            char* end = nullptr;
+            double v = std::strtod(x.c_str(), &end);
+            if (x.empty() || *end != '\0' || !(v >= 0 && v <= 1e6)) break;
+            c.push_back(v);
+        }
+        if (c.size() != 4 || f.size() != 4 || !(c[0] > 0 && c[1] > 0))
+            throw std::runtime_error("--costs: expected f,bi,bw,comm: four numbers in [0, 1e6], f and bi above 0, got \"" +
+                                     a.str("--costs") + "\"");
         costs.f = c[0], costs.bi = c[1], costs.bw = c[2], costs.comm = c[3];
     }
     pp::SimResult r = pp::simulate(sched, costs);
@@ -839,11 +884,12 @@ int schedule_main(const std::vector<std::string>& argv) {
 
 int partition_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--preset", "--stages", "--by", "--batch", "--seq"});
-    ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model"))
-                                       : ModelConfig::preset(a.str("--preset", "tiny"));
+    if (a.has("--model") == a.has("--preset")) throw std::runtime_error("--model / --preset: give exactly one of them");
+    ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model")) : ModelConfig::preset(a.str("--preset"));
     int P = int(a.integer("--stages", 4, 1, 64));
     std::string by = a.str("--by", "time");
-    LayerCosts costs = layer_costs(cfg, by, int(a.integer("--batch", 4, 1, 4096)), int(a.integer("--seq", 64, 3, 1 << 16)));
+    int T = int(a.integer("--seq", std::min(64, cfg.max_position_embeddings), 1, 1 << 16));
+    LayerCosts costs = layer_costs(cfg, by, int(a.integer("--batch", 4, 1, 4096)), T);
     auto split = split_layers(costs, P, 1);
     for (int p = 0; p < P; p++) {
         int first = split[p][0].front(), last = split[p][0].back();

@@ -45,6 +45,9 @@ TEST_CASE("fill-mask: a model trained on one sentence fills its mask") {
     int listed = 0;   // each candidate is printed as "  <token> <probability>"
     for (size_t at = line.find("  "); at != std::string::npos; at = line.find("  ", at + 2)) listed++;
     CHECK(listed == V);
+    Run bad_text = run_cli("fill-mask --model " + out + " \"$(printf '\\377')[MASK]\"");
+    CHECK(bad_text.code != 0);
+    CHECK(bad_text.out.find("TEXT: invalid UTF-8 at byte 0") != std::string::npos);
     Run none = run_cli("fill-mask --model " + out + " 今天天气很好");
     CHECK(none.code != 0);
     CHECK(none.out.find("no [MASK]") != std::string::npos);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "tests/cli_util.hpp"
 
@@ -41,4 +42,46 @@ TEST_CASE("save every 2 steps, resume from step 2: the same bits as 4 uninterrup
     Run seed = run_cli("train" + common + "--seed 6 --out " + temp_dir("seed") + " --resume " + b + "/checkpoint-4");
     CHECK(seed.code != 0);
     CHECK(seed.out.find("--seed") != std::string::npos);
+}
+
+TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
+    const std::string common = " --data " + fixture("text/sample_zh.txt") + " --steps 4 --batch 4 --seq 16 --seed 5 ";
+    std::string b = temp_dir("ckpts");
+    // A checkpoint of another run, later than this one's: --keep 1 prunes this run's older
+    // checkpoints, never that one and never the newest of its own.
+    fs::create_directories(b + "/checkpoint-100");
+    Run saved = run_cli("train --preset tiny" + common + "--out " + b + " --save-every 1 --keep 1 --save-format paddle");
+    REQUIRE_MESSAGE(saved.code == 0, saved.out);
+    CHECK(fs::exists(b + "/checkpoint-100"));
+    CHECK(fs::exists(b + "/checkpoint-4/trainer_state.json"));
+    CHECK(!fs::exists(b + "/checkpoint-3"));
+    fs::remove_all(b + "/checkpoint-100");
+    // Saving into the checkpoint being resumed would overwrite it: refused, for it and inside it.
+    std::string ckpt = b + "/checkpoint-4";
+    std::string state = read_file(ckpt + "/trainer_state.json");
+    for (const std::string& out : {ckpt, ckpt + "/more"}) {
+        Run r = run_cli("train" + common + "--out " + out + " --resume " + ckpt);
+        CAPTURE(r.out);
+        CHECK(r.code != 0);
+        CHECK(r.out.find("--out: " + out + " is inside the checkpoint --resume reads") != std::string::npos);
+    }
+    CHECK(read_file(ckpt + "/trainer_state.json") == state);
+    // Dropout changes the bits, so a different --dropout is refused like a different --seed.
+    Run drop = run_cli("train" + common + "--dropout 0 --out " + temp_dir("drop") + " --resume " + ckpt);
+    CHECK(drop.code != 0);
+    CHECK(drop.out.find("--dropout: the checkpoint " + ckpt + " was trained with 0.1, not 0.0") != std::string::npos);
+    // A resumed run saves in the format of the run it continues (--save-format paddle above).
+    std::string c = temp_dir("continued");
+    Run cont = run_cli("train" + common + "--steps 4 --out " + c + " --resume " + ckpt);
+    REQUIRE_MESSAGE(cont.code == 0, cont.out);
+    CHECK(read_file(c + "/model.safetensors").find("encoder.layers.0.self_attn.q_proj.weight") != std::string::npos);
+    // A trainer_state.json with a negative step is refused, naming the file.
+    std::string neg = temp_dir("negative");
+    fs::copy(ckpt, neg, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    std::string st = read_file(neg + "/trainer_state.json");
+    st.replace(st.find("\"step\": 4"), 9, "\"step\": -3");
+    std::ofstream(neg + "/trainer_state.json") << st;
+    Run r = run_cli("train" + common + "--out " + temp_dir("neg_out") + " --resume " + neg);
+    CHECK(r.code != 0);
+    CHECK(r.out.find(neg + "/trainer_state.json: \"step\" is negative") != std::string::npos);
 }

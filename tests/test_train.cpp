@@ -163,6 +163,24 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --lr -1e-3", "--lr: must be at least 0"},
         {"train --preset tiny --data " + kSample + " --timeout 0", "--timeout"},
         {"eval --model /no/such/dir --data " + kSample, "/no/such/dir"},
+        {"train --preset tiny --data " + kSample + " --timeout 1e19", "--timeout: must be between"},   // it overflowed: a hang
+        {"train --preset tiny --data " + kSample + " --labels 3", "--labels: only with --task classify"},
+        {"train --preset tiny --data " + kSample + " --keep 3", "--keep: only with --save-every"},
+        {"train --preset tiny --data " + kSample + " extra", "\"extra\": unexpected argument"},
+        {"train --preset tiny --data " + kSample + " --seed", "--seed: expected a value"},
+        {"train --preset tiny --data " + kSample + " --trace " + fs::temp_directory_path().string(), "--trace: " +
+                                                                                                         fs::temp_directory_path().string() + " is a directory"},
+        {"train --preset tiny --data " + kSample + " --dump-grads /no/such/dir/g.safetensors", "--dump-grads: /no/such/dir/g.safetensors: the directory /no/such/dir does not exist"},
+        {"train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") + " --vocab-size 100", "--vocab-size: only with --data"},
+        {"eval --model " + fixture("bad/base_tiny") + " --data " + kSample + " --dump-logits " + fs::temp_directory_path().string(), "--dump-logits"},
+        {"schedule --costs -1,2,2,0", "--costs: expected f,bi,bw,comm"},   // these crashed
+        {"schedule --costs nan,1,1,0", "--costs"},
+        {"schedule --costs inf,1,1,0", "--costs"},
+        {"schedule --costs 1,2,1,0,9", "--costs"},
+        {"schedule --costs 0,0,0,0", "--costs"},
+        {"partition --model " + fixture("bad/base_tiny") + " --seq 9", "--seq: 9 exceeds the model's max_position_embeddings 8"},   // it crashed
+        {"partition --model " + fixture("bad/base_tiny") + " --preset tiny", "--model / --preset: give exactly one of them"},
+        {"frobnicate", "unknown command \"frobnicate\""},
     };
     for (const Case& c : cases) {
         Run r = run_cli(c.args + (c.args.rfind("train", 0) == 0 ? " --out " + out : ""));
@@ -173,6 +191,21 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
         CHECK(!fs::exists(out));
     }
+    // An --out whose model.safetensors is a directory fails before the run, writing nothing.
+    fs::create_directories(out + "/model.safetensors");
+    Run trap = run_cli("train --preset tiny --data " + kSample + " --out " + out);
+    CHECK(trap.code != 0);
+    CHECK(trap.out.find("--out: " + out + "/model.safetensors is a directory") != std::string::npos);
+    CHECK(!fs::exists(out + "/config.json"));
+    fs::remove_all(out);
+    // The defaults fit a small model: --seq is at most its max_position_embeddings (8 here).
+    CHECK(run_cli("eval --model " + fixture("bad/base_tiny") + " --data " + kSample).code == 0);
+    CHECK(run_cli("partition --model " + fixture("bad/base_tiny") + " --stages 2").code == 0);
+    // A diverged run stops at the first non-finite gradient norm, before the update, saving nothing.
+    Run nan = run_cli("train --preset tiny --data " + kSample + " --steps 5 --lr 1e30 --out " + out);
+    CHECK(nan.code != 0);
+    CHECK(nan.out.find("step 2: the gradient norm is NaN: training diverged") != std::string::npos);
+    CHECK(!fs::exists(out));
     // An --out that cannot be created fails before the first step, not after the whole run.
     Run r = run_cli("train --preset tiny --data " + kSample + " --out /dev/null/model");
     CAPTURE(r.out);

@@ -77,8 +77,13 @@ json flatten_init_args(const json& j, const std::string& source) {
 //   *ForSequenceClassification architecture the size of "id2label" (absent means 2: Hugging
 //   Face omits it when it equals the default), else 0 (no classifier).
 ModelConfig ModelConfig::from_json_string(const std::string& text, const std::string& source) {
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) throw std::runtime_error(source + ": not a JSON object");
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {   // e.g. NaN, which Python's json.dump writes but JSON lacks
+        throw std::runtime_error(source + ": not valid JSON (" + std::string(e.what()).substr(std::string(e.what()).find(']') + 2) + ")");
+    }
+    if (!j.is_object()) throw std::runtime_error(source + ": not a JSON object");
     if (j.contains("init_args")) j = flatten_init_args(j, source);
     ModelConfig c;
     auto get_int = [&](const char* key, int& out, bool required) {

@@ -794,7 +794,9 @@ int train_main(const std::vector<std::string>& argv) {
     for (int p = 0; p < w.P; p++) std::printf(" %zu", w.stages[p]->peak_stash_bytes());
     std::printf("\n");
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
-    std::printf("done: %d steps in %.1fs | final loss %.7g | %s | saved %s\n", w.steps, secs, w.last_loss,
+    char final_loss[64] = "n/a (no step to run)";   // --steps 0, or a resume from the last step
+    if (w.steps > w.start_step) std::snprintf(final_loss, sizeof final_loss, "%.7g", w.last_loss);
+    std::printf("done: %d steps in %.1fs | final loss %s | %s | saved %s\n", w.steps, secs, final_loss,
                 ev.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
     return 0;
 }

@@ -520,7 +520,12 @@ TEST_CASE("CLI: every broken input makes eval exit non-zero with one line naming
     cases.push_back({"config.json", "\"vocab_size\" 4294967312 is out of range", vocab_size("4294967312")});
     cases.push_back({"config.json", "vocab_size 400000000 × hidden_size 8 is more than 2^31 elements", vocab_size("400000000")});
     cases.push_back({"config.json", "its sizes need at least 640001", vocab_size("40000000")});
-    REQUIRE(cases.size() >= 23);
+    cases.push_back({"config.json", "not valid JSON (parse error at line", [&] {   // Python's json.dump writes NaN
+                         std::string cfg = read_file(base + "/config.json");
+                         cfg.replace(cfg.find("\"vocab_size\": 16"), 16, "\"vocab_size\": NaN");
+                         std::ofstream(model + "/config.json") << cfg;
+                     }});
+    REQUIRE(cases.size() >= 24);
     for (const Case& c : cases) {
         fs::remove_all(model);
         copy_dir(base, model);

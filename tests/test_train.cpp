@@ -201,6 +201,10 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     // The defaults fit a small model: --seq is at most its max_position_embeddings (8 here).
     CHECK(run_cli("eval --model " + fixture("bad/base_tiny") + " --data " + kSample).code == 0);
     CHECK(run_cli("partition --model " + fixture("bad/base_tiny") + " --stages 2").code == 0);
+    // No step to run is said, not printed as a loss of 0.
+    std::string zero = temp_dir("zero_steps");
+    CHECK(run_cli("train --preset tiny --data " + kSample + " --steps 0 --out " + zero).out.find("final loss n/a") != std::string::npos);
+    fs::remove_all(zero);
     // A diverged run stops at the first non-finite gradient norm, before the update, saving nothing.
     Run nan = run_cli("train --preset tiny --data " + kSample + " --steps 5 --lr 1e30 --out " + out);
     CHECK(nan.code != 0);

@@ -445,9 +445,9 @@ void save_checkpoint(World& w, int step) {
     std::vector<std::pair<int, fs::path>> all;
     for (const auto& e : fs::directory_iterator(w.out)) {
         std::string name = e.path().filename().string();
+        if (name.rfind("checkpoint-", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
         int n = std::atoi(name.c_str() + 11);   // a later one is another run's: not ours to delete
-        if (name.rfind("checkpoint-", 0) == 0 && name.find(".tmp") == std::string::npos && n <= step)
-            all.push_back({n, e.path()});
+        if (n <= step) all.push_back({n, e.path()});
     }
     std::sort(all.begin(), all.end());
     for (size_t i = 0; i + size_t(w.keep) < all.size(); i++) fs::remove_all(all[i].second);

@@ -17,6 +17,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -460,6 +461,14 @@ inline SimResult run(const Schedule& schedule, int V, const Costs& costs) {
 // num_microbatches / num_chunks = 0: inferred from the schedule.
 inline void validate(const Schedule& schedule, int num_microbatches = 0, int num_chunks = 0) {
     if (schedule.empty()) throw std::runtime_error("validate: the schedule has no ranks");
+    if (num_microbatches < 0 || num_chunks < 0 || num_chunks > 127)
+        throw std::invalid_argument("validate: num_microbatches >= 0 and 0 <= num_chunks <= 127 (0 = inferred)");
+    // A transfer's tag holds its micro-batch and chunk (transfer_tag): what does not fit cannot be sent.
+    for (size_t r = 0; r < schedule.size(); r++)
+        for (const Action& a : schedule[r])
+            if (a.microbatch < 0 || a.microbatch >= (1 << 22) || a.chunk < 0 || a.chunk > 127)
+                throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, true) +
+                                         ": micro-batch or chunk out of range (0 <= micro-batch < 2^22, 0 <= chunk <= 127)");
     int M = num_microbatches > 0 ? num_microbatches : detail::infer_count(schedule, false);
     int V = num_chunks > 0 ? num_chunks : detail::infer_count(schedule, true);
     if (M == 0 || V == 0) throw std::runtime_error("validate: the schedule has no actions");
@@ -471,6 +480,8 @@ inline void validate(const Schedule& schedule, int num_microbatches = 0, int num
 // F : B equal for every micro-batch, GPipe and 1F1B give bubble = (P-1)/(M+P-1), interleaved
 // (P-1)/(V*M+P-1) (costs per chunk) and ZB-H1 with F = BI = BW and M >= P (P-1)/(3M+P-1).
 inline SimResult simulate(const Schedule& schedule, const Costs& costs = {}, int num_chunks = 0) {
+    for (double c : {costs.f, costs.bi, costs.bw, costs.comm})
+        if (!(c >= 0 && std::isfinite(c))) throw std::invalid_argument("simulate: costs must be finite and >= 0");
     validate(schedule, 0, num_chunks);
     int P = int(schedule.size());
     int V = num_chunks > 0 ? num_chunks : detail::infer_count(schedule, true);
@@ -503,7 +514,7 @@ inline std::string ascii_timeline(const std::vector<Event>& events, int P, int w
     std::vector<std::string> rows(P, std::string(std::max(width, 1), '.'));
     double scale = makespan > 0 ? width / makespan : 0;
     for (const Event& e : events) {
-        if (e.comm || e.rank < 0 || e.rank >= P) continue;
+        if (e.comm || e.rank < 0 || e.rank >= P || !(e.start >= 0 && e.end <= makespan)) continue;  // NaN too
         const char* letters = "FBIW";
         char op = letters[int(e.action.op)];
         if (e.action.chunk % 2 == 1) op = char(op - 'A' + 'a');
@@ -519,28 +530,45 @@ inline std::string ascii_timeline(const std::vector<Event>& events, int P, int w
 // JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: one track per rank, times in µs
 // (simulated cost units are written as µs).
 inline std::string chrome_trace(const std::vector<Event>& events) {
+    auto quoted = [](const std::string& text) {  // a JSON string, whatever the text holds
+        std::string q = "\"";
+        for (char c : text) {
+            if (c == '"' || c == '\\') {
+                q += '\\';
+                q += c;
+            } else if (static_cast<unsigned char>(c) < 0x20) {
+                char esc[8];
+                std::snprintf(esc, sizeof esc, "\\u%04x", c);
+                q += esc;
+            } else {
+                q += c;
+            }
+        }
+        return q + "\"";
+    };
+    auto number = [](double x) {  // JSON has no NaN and no 300-digit "%.3f" fits a buffer
+        char b[40];
+        std::snprintf(b, sizeof b, std::fabs(x) < 1e15 ? "%.3f" : "%.6e", std::isfinite(x) ? x : 0.0);
+        return std::string(b);
+    };
     std::string out = "{\"traceEvents\":[\n";
     std::vector<int> ranks;
     for (const Event& e : events)
         if (std::find(ranks.begin(), ranks.end(), e.rank) == ranks.end()) ranks.push_back(e.rank);
-    char buf[512];
-    bool first = true;
+    const char* sep = "";
     for (int r : ranks) {
-        std::snprintf(buf, sizeof buf, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
-                      first ? "" : ",\n", r, r, r);
-        out += buf;
-        first = false;
+        std::string id = std::to_string(r);
+        out += sep + ("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + id + ",\"tid\":" + id +
+                      ",\"args\":{\"name\":\"rank " + id + "\"}}");
+        sep = ",\n";
     }
     for (const Event& e : events) {
-        std::string name = e.comm ? "comm" : to_string(e.action, true);
-        std::string detail;  // our labels have no characters that need escaping except '"'
-        for (char c : e.detail) detail += c == '"' ? '\'' : c;
-        std::snprintf(buf, sizeof buf, "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-                      "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"detail\":\"%s\"}}",
-                      first ? "" : ",\n", name.c_str(), e.comm ? "comm" : op_name(e.action.op), e.rank, e.rank,
-                      e.start, e.end - e.start, detail.c_str());
-        out += buf;
-        first = false;
+        std::string times = "\"ts\":" + number(e.start) + ",\"dur\":" + number(e.end - e.start);
+        std::string id = std::to_string(e.rank);
+        out += sep + ("{\"name\":" + quoted(e.comm ? "comm" : to_string(e.action, true)) + ",\"cat\":\"" +
+                      (e.comm ? "comm" : op_name(e.action.op)) + "\",\"ph\":\"X\",\"pid\":" + id + ",\"tid\":" + id +
+                      "," + times + ",\"args\":{\"detail\":" + quoted(e.detail) + "}}");
+        sep = ",\n";
     }
     return out + "\n]}\n";
 }
@@ -556,7 +584,7 @@ inline std::vector<int> min_max_split(int L, int P, const std::function<double(i
     if (P < 1 || L < P)
         throw std::invalid_argument("partition: cannot split " + std::to_string(L) + " layers into " +
                                     std::to_string(P) + " non-empty stages (need layers >= stages >= 1)");
-    const double inf = 1e300;
+    const double inf = HUGE_VAL;
     std::vector<std::vector<double>> best(P + 1, std::vector<double>(L + 1, inf));  // k stages, first i layers
     std::vector<std::vector<int>> from(P + 1, std::vector<int>(L + 1, -1));
     best[0][0] = 0;
@@ -564,7 +592,10 @@ inline std::vector<int> min_max_split(int L, int P, const std::function<double(i
         for (int i = k; i <= L; i++)
             for (int j = k - 1; j < i; j++) {
                 double c = std::max(best[k - 1][j], stage_cost(k - 1, j, i));
-                if (c < best[k][i]) best[k][i] = c, from[k][i] = j;
+                if (c < best[k][i] || from[k][i] < 0) {  // the second: even if c overflowed to inf
+                    best[k][i] = c;
+                    from[k][i] = j;
+                }
             }
     std::vector<int> bounds(P + 1, L);
     for (int k = P; k > 0; k--) bounds[k - 1] = from[k][bounds[k]];
@@ -572,11 +603,23 @@ inline std::vector<int> min_max_split(int L, int P, const std::function<double(i
 }
 }  // namespace detail
 
+namespace detail {
+// Prefix sums of costs that must each be finite and >= 0, as must their sum.
+inline std::vector<double> prefix_sums(const std::vector<double>& costs, const char* what) {
+    std::vector<double> prefix(costs.size() + 1, 0);
+    for (size_t i = 0; i < costs.size(); i++) {
+        prefix[i + 1] = prefix[i] + costs[i];
+        if (!(costs[i] >= 0 && std::isfinite(prefix[i + 1])))
+            throw std::invalid_argument(std::string(what) + ": costs must be finite and >= 0 (layer " + std::to_string(i) + ")");
+    }
+    return prefix;
+}
+}  // namespace detail
+
 // Contiguous split of layers over P stages minimizing the slowest stage. Returns P+1 boundaries:
 // stage i holds layers [b[i], b[i+1]). Costs are times (profiled), parameter counts, ...
 inline std::vector<int> partition(const std::vector<double>& layer_costs, int P) {
-    std::vector<double> prefix(layer_costs.size() + 1, 0);
-    for (size_t i = 0; i < layer_costs.size(); i++) prefix[i + 1] = prefix[i] + layer_costs[i];
+    std::vector<double> prefix = detail::prefix_sums(layer_costs, "partition");
     return detail::min_max_split(int(layer_costs.size()), P,
                                  [&](int, int b, int e) { return prefix[e] - prefix[b]; });
 }
@@ -587,9 +630,8 @@ inline std::vector<int> partition_memory(const std::vector<double>& param_bytes,
                                          const std::vector<double>& activation_bytes, int P) {
     if (param_bytes.size() != activation_bytes.size())
         throw std::invalid_argument("partition_memory: param_bytes and activation_bytes differ in length");
-    std::vector<double> params(param_bytes.size() + 1, 0), acts(params.size(), 0);
-    for (size_t i = 0; i < param_bytes.size(); i++)
-        params[i + 1] = params[i] + param_bytes[i], acts[i + 1] = acts[i] + activation_bytes[i];
+    std::vector<double> params = detail::prefix_sums(param_bytes, "partition_memory");
+    std::vector<double> acts = detail::prefix_sums(activation_bytes, "partition_memory");
     return detail::min_max_split(int(param_bytes.size()), P, [&](int stage, int b, int e) {
         return (params[e] - params[b]) + (P - stage) * (acts[e] - acts[b]);
     });
@@ -630,6 +672,9 @@ struct P2POp {
     int tag;
 };
 
+// recv and group must not wait forever: a transport times out and throws, naming the peer
+// (ThreadComm, NcclComm in pipetrain), and abort() makes every blocked or later call throw. The
+// Pipeline calls abort when its own rank fails, so one failure stops all ranks.
 class Comm {
  public:
     virtual ~Comm() = default;
@@ -661,9 +706,9 @@ class Pipeline {
         : schedule_(std::move(schedule)), V_(num_chunks), stage_(stage), comm_(comm), rank_(pp_rank),
           ranks_(std::move(ranks)) {
         P_ = int(schedule_.size());
-        if (int(ranks_.size()) != P_ || rank_ < 0 || rank_ >= P_ || comm_.rank() != ranks_[rank_])
+        if (int(ranks_.size()) != P_ || rank_ < 0 || rank_ >= P_ || comm_.rank() != ranks_[rank_] || V_ < 1)
             throw std::invalid_argument("Pipeline: need one Comm rank per pipeline rank (" + std::to_string(P_) +
-                                        "), a pp_rank below that, and comm.rank() == ranks[pp_rank]");
+                                        "), a pp_rank below that, comm.rank() == ranks[pp_rank] and num_chunks >= 1");
         validate(schedule_, 0, V_);
     }
 
@@ -713,15 +758,9 @@ class Pipeline {
                 if (send.peer >= 0) outputs[send.tag] = out;
             }
         } catch (const std::exception& e) {
-            std::string msg = "rank " + std::to_string(rank_) + ", action " +
-                              (i < actions.size() ? to_string(actions[i], true) : "(end of step)") + ": " + e.what();
-            if (i > 0) {
-                msg += " (after";
-                for (size_t j = i > 4 ? i - 4 : 0; j < i; j++) msg += " " + to_string(actions[j], true);
-                msg += ")";
-            }
-            comm_.abort(msg);
-            throw std::runtime_error(msg);
+            fail(e.what(), i);
+        } catch (...) {  // a stage may throw anything; the other ranks must still be woken
+            fail("an exception that is not a std::exception", i);
         }
     }
 
@@ -730,6 +769,19 @@ class Pipeline {
     const Schedule& schedule() const { return schedule_; }
 
  private:
+    [[noreturn]] void fail(const std::string& why, size_t i) {
+        const std::vector<Action>& actions = schedule_[rank_];
+        std::string msg = "rank " + std::to_string(rank_) + ", action " +
+                          (i < actions.size() ? to_string(actions[i], true) : "(end of step)") + ": " + why;
+        if (i > 0) {
+            msg += " (after";
+            for (size_t j = i > 4 ? i - 4 : 0; j < i; j++) msg += " " + to_string(actions[j], true);
+            msg += ")";
+        }
+        comm_.abort(msg);
+        throw std::runtime_error(msg);
+    }
+
     // The stage buffer that receives transfer `tag`: its consumer is action i, or (P = 1) a later one.
     Buffer input_buffer_for(int tag, size_t i) {
         Op op = Op::F;

@@ -202,6 +202,38 @@ TEST_CASE("a stage that throws ends the whole run with its rank and action") {
     CHECK(seconds < 1.0);  // the others were woken by abort, not by their 2 s timeout
 }
 
+TEST_CASE("a stage that throws something else still stops every rank; num_chunks < 1 is refused") {
+    struct ThrowsInt : ToyStage {
+        using ToyStage::ToyStage;
+        Buffer backward(int mb, int chunk) override {
+            if (mb == 1) throw 42;
+            return ToyStage::backward(mb, chunk);
+        }
+    };
+    int P = 3;
+    ThreadWorld world(P, 2.0);
+    std::vector<ThrowsInt> stages;
+    for (int r = 0; r < P; r++) stages.emplace_back(r, P, 1);
+    std::string error;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+        run_ranks(world, [&](int r) {
+            ThreadComm comm(world, r);
+            ToyStage quiet(r, P, 1);
+            Pipeline(one_f_one_b(P, 4), 1, r == 1 ? static_cast<Stage&>(stages[r]) : quiet, comm, r, {0, 1, 2}).run_step();
+        });
+    } catch (const std::runtime_error& e) {
+        error = e.what();
+    }
+    CHECK(error.rfind("rank 1, action B1.0: an exception that is not a std::exception", 0) == 0);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);   // woken by abort
+
+    ThreadWorld one(1, 1.0);
+    ThreadComm comm(one, 0);
+    ToyStage stage(0, 1, 1);
+    for (int V : {0, -1}) CHECK_THROWS_AS(Pipeline(gpipe(1, 2), V, stage, comm, 0, {0}), std::invalid_argument);
+}
+
 TEST_CASE("ThreadComm: timeouts, tag checks, abort") {
     ThreadWorld world(2, 0.2);
     try {

@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <string>
@@ -186,6 +189,32 @@ TEST_CASE("ASCII chart and Chrome trace") {
     for (size_t at = json.find("\"ph\":\"X\""); at != std::string::npos; at = json.find("\"ph\":\"X\"", at + 1)) complete++;
     CHECK(complete == r.events.size());
     CHECK(json.find("\"name\":\"F0.1\"") != std::string::npos);
+}
+
+TEST_CASE("bad costs, events and actions are errors, never out-of-bounds writes or reads") {
+    // simulate: costs must be finite and >= 0 (negative ones made events start before 0, and the
+    // chart wrote before its row).
+    for (Costs c : {Costs{-5, 3, 3, 0}, Costs{NAN, 1, 1, 0}, Costs{1, 1, 1, INFINITY}})
+        CHECK_THROWS_AS(simulate(gpipe(2, 4), c), std::invalid_argument);
+    // ascii_timeline draws what lies in [0, makespan] and skips the rest.
+    std::vector<Event> events = {{0, {Op::F, 0, 0}, false, -50, 10, ""}, {1, {Op::B, 0, 0}, false, 0, NAN, ""},
+                                 {0, {Op::B, 0, 0}, false, 10, 20, ""}};
+    CHECK(ascii_timeline(events, 2, 20) == "rank 0 |..........B0--------|\nrank 1 |....................|\n");
+    // chrome_trace escapes what a user's detail holds and keeps long ones whole.
+    events = {{0, {Op::F, 0, 0}, false, 0, 1, "a\"b\\c\nd" + std::string(600, 'x')}};
+    std::string json = chrome_trace(events);
+    CHECK(json.find("\"detail\":\"a\\\"b\\\\c\\u000ad" + std::string(600, 'x') + "\"}}") != std::string::npos);
+    // partition: costs must be finite and >= 0; a sum that overflows still gives valid boundaries.
+    for (std::vector<double> c : {std::vector<double>{INFINITY, 1, 1}, {NAN, 1, 1}, {1, -1, 1}})
+        CHECK_THROWS_AS(partition(c, 2), std::invalid_argument);
+    CHECK(partition({1e301, 1, 1}, 2) == std::vector<int>{0, 1, 3});
+    CHECK_THROWS_AS(partition_memory({1, NAN}, {1, 1}, 2), std::invalid_argument);
+    std::vector<int> b = partition_memory({1, 1, 1}, {1e308, 1e307, 1}, 3);   // 3 x 1e308 overflows
+    CHECK(b == std::vector<int>{0, 1, 2, 3});
+    // validate: actions outside what a transfer tag can hold are named, not "no actions".
+    CHECK(error_of({{{Op::F, -1, 0}, {Op::B, -1, 0}}}).find("rank 0, action F-1.0: micro-batch or chunk out of range") == 0);
+    CHECK(error_of({{{Op::F, INT32_MAX, 0}}}).find("out of range") != std::string::npos);
+    CHECK(error_of({{{Op::F, 0, 128}, {Op::B, 0, 128}}}).find("out of range") != std::string::npos);
 }
 
 namespace {

@@ -23,6 +23,8 @@ class Args {
                       long long max = 1LL << 40) const;
     double real(const std::string& flag, double fallback, double min = -HUGE_VAL, double max = HUGE_VAL) const;
     const std::vector<std::string>& positional() const { return positional_; }
+    // Gives `flag` this value unless the command line gave it one (e.g. from a saved run).
+    void set_default(const std::string& flag, const std::string& value) { values_.emplace(flag, value); }
 
  private:
     std::map<std::string, std::string> values_;

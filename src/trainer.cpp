@@ -457,7 +457,7 @@ void save_checkpoint(World& w, int step) {
 // --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
-nlohmann::json load_resume_state(World& w, const std::string& dir) {
+void load_resume_state(World& w, const std::string& dir) {
     std::string path = dir + "/trainer_state.json";
     nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
     if (saved.is_discarded() || !saved.is_object() || !saved.contains("step") || !saved["step"].is_number_integer())
@@ -484,7 +484,16 @@ nlohmann::json load_resume_state(World& w, const std::string& dir) {
                 }
             }
     }
-    return saved;
+}
+
+// --resume DIR: the settings the checkpoint records ("seed", "lr", ... "save-format") are the
+// defaults of the flags of the same names, so a plain `--resume DIR --data F --out O` continues
+// the run; given ones must match them (load_resume_state), except --save-format.
+void resume_defaults(Args& a, const std::string& dir) {
+    nlohmann::json saved = nlohmann::json::parse(read_file(dir + "/trainer_state.json"), nullptr, false);
+    if (!saved.is_object()) return;   // load_resume_state says what is wrong
+    for (const auto& [key, value] : saved.items())
+        if (key != "step") a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
 }
 
 Device device_of_rank(const World& w, int rank) {
@@ -625,6 +634,7 @@ int train_main(const std::vector<std::string>& argv) {
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
                   "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
+    if (a.has("--resume")) resume_defaults(a, a.str("--resume"));
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
@@ -702,16 +712,15 @@ int train_main(const std::vector<std::string>& argv) {
     if (a.has("--keep") && w.save_every == 0) throw std::runtime_error("--keep: only with --save-every (it keeps the last K checkpoints)");
     w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", s.cfg.is_decoder ? "causal" : "mlm"},
                {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay},
-               {"dropout", std::stod(std::to_string(s.cfg.hidden_dropout_prob))}};   // 0.1, not 0.10000000149
+               {"dropout", std::stod(std::to_string(s.cfg.hidden_dropout_prob))},   // 0.1, not 0.10000000149
+               {"micro-batches", w.M}};   // dropout masks and the order of gradient sums depend on it
     if (a.has("--resume")) {
         namespace fs = std::filesystem;
         fs::path from = fs::weakly_canonical(a.str("--resume")), to = fs::weakly_canonical(w.out);
         if (std::mismatch(from.begin(), from.end(), to.begin(), to.end()).first == from.end())
             throw std::runtime_error("--out: " + w.out + " is inside the checkpoint --resume reads (" + a.str("--resume") +
                                      "): saving there would overwrite it");
-        nlohmann::json saved = load_resume_state(w, a.str("--resume"));
-        // A resumed run saves as the run it continues did, unless told otherwise.
-        if (!a.has("--save-format") && saved.contains("save-format") && saved["save-format"] == "paddle") w.save_format = "paddle";
+        load_resume_state(w, a.str("--resume"));
     }
     w.state["save-format"] = w.save_format;   // not compared on --resume: it does not change the bits
     // What the run will write is checked, and --out made, before training: a path that cannot be

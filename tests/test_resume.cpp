@@ -36,6 +36,15 @@ TEST_CASE("save every 2 steps, resume from step 2: the same bits as 4 uninterrup
         CHECK(r.out.find("step 4/4") != std::string::npos);
         CHECK(read_file(c + "/model.safetensors") == reference);
     }
+    // The checkpoint's settings are the defaults: --resume, --data and --out are enough.
+    std::string plain = temp_dir("plain");
+    Run p = run_cli("train --data " + fixture("text/sample_zh.txt") + " --out " + plain + " --resume " + b + "/checkpoint-3");
+    REQUIRE_MESSAGE(p.code == 0, p.out);
+    CHECK(read_file(plain + "/model.safetensors") == reference);
+    // Another number of micro-batches draws other dropout masks: refused, as another seed is.
+    Run m = run_cli("train" + common + "--micro-batches 4 --out " + temp_dir("m4") + " --resume " + b + "/checkpoint-3");
+    CHECK(m.code != 0);
+    CHECK(m.out.find("--micro-batches: the checkpoint") != std::string::npos);
     // A checkpoint without its optimizer moments cannot resume exactly: refused.
     fs::remove(b + "/checkpoint-3/optimizer.safetensors");
     CHECK(run_cli("train" + common + "--out " + temp_dir("nomoments") + " --resume " + b + "/checkpoint-3").code != 0);

@@ -173,6 +173,9 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
         f.stash[i]->unpack();
         layers[i]->backward_input(first_layer ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(),
                                   *f.stash[i], mb, opt_);
+        // Back to 16 bits (exactly: the values are bf16) until BW, which may come much later
+        // (zero bubble): one layer's stash at a time is fp32, not the whole chunk's.
+        if (opt_.bf16) f.stash[i]->pack();
         if (opt_.bf16 && !first_layer) round_bf16(din, bwd16_);
         dout.swap(din);
     }
@@ -187,7 +190,11 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     MicroBatch mb = micro_batch(microbatch);
     auto& layers = chunks_[chunk];
-    for (int i = int(layers.size()) - 1; i >= 0; i--) layers[i]->backward_weight(*f.stash[i], mb, opt_);
+    for (int i = int(layers.size()) - 1; i >= 0; i--) {
+        f.stash[i]->unpack();   // a no-op unless packed (bf16)
+        layers[i]->backward_weight(*f.stash[i], mb, opt_);
+        f.stash[i].reset();
+    }
     release(microbatch, chunk);
     synchronize();
 }

@@ -261,6 +261,7 @@ struct EvalResult {
     double accuracy() const { return targets ? double(correct) / double(targets) : 0.0; }
     std::string summary(bool classifier) const {   // as `pipetrain eval` prints it
         char buf[512];   // ppl %.3f of a diverged loss can take 300 digits
+        if (targets == 0) return "eval n/a (no target position: a loss of 0 would read as a perfect model)";
         if (classifier)
             std::snprintf(buf, sizeof buf, "eval loss %.9g accuracy %.4f (%lld/%lld)", loss(), accuracy(),
                           (long long)correct, (long long)targets);
@@ -611,7 +612,8 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             if (eval_now) {
                 // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
                 EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
-                if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
+                if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
+                else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
                 else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
             }
             if (save_now) save_checkpoint(w, step + 1);

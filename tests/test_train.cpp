@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -201,6 +202,13 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     // The defaults fit a small model: --seq is at most its max_position_embeddings (8 here).
     CHECK(run_cli("eval --model " + fixture("bad/base_tiny") + " --data " + kSample).code == 0);
     CHECK(run_cli("partition --model " + fixture("bad/base_tiny") + " --stages 2").code == 0);
+    // A held-out line without a single masked target is no evaluation, not a perfect one.
+    std::string one_line = temp_dir("one_line");
+    std::ofstream(one_line + "/p.txt") << "春眠不觉晓处处闻啼鸟夜来风雨声花落知多少\n";
+    Run tiny = run_cli("train --preset tiny --data " + one_line + "/p.txt --steps 2 --batch 4 --seq 8 --out " + one_line + "/m");
+    CHECK(tiny.code == 0);
+    CHECK(tiny.out.find("eval n/a (no target position") != std::string::npos);
+    fs::remove_all(one_line);
     // No step to run is said, not printed as a loss of 0.
     std::string zero = temp_dir("zero_steps");
     CHECK(run_cli("train --preset tiny --data " + kSample + " --steps 0 --out " + zero).out.find("final loss n/a") != std::string::npos);

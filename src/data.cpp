@@ -201,8 +201,9 @@ Batch load_inputs(const std::string& path, Objective obj) {
     auto get = [&](const char* name) -> std::vector<int32_t> {   // empty if absent
         const st::TensorInfo* info = f.find(name);
         if (!info) return {};
-        if (info->shape.size() != 2)
-            fail(path, "tensor \"" + std::string(name) + "\" must be [B, T]");
+        const st::TensorInfo* ids = f.find("input_ids");
+        if (info->shape.size() != 2 || (ids && info->shape != ids->shape))
+            fail(path, "tensor \"" + std::string(name) + "\" must be [B, T] like input_ids");
         std::vector<int64_t> v = f.to_i64(name);
         std::vector<int32_t> out(v.size());
         for (size_t i = 0; i < v.size(); i++) {
@@ -224,8 +225,6 @@ Batch load_inputs(const std::string& path, Objective obj) {
     size_t n = size_t(b.B) * b.T;
     if (b.token_type_ids.empty()) b.token_type_ids.assign(n, 0);
     if (b.attention_mask.empty()) b.attention_mask.assign(n, 1);
-    for (auto* v : {&b.token_type_ids, &b.attention_mask, &b.task_type_ids})
-        if (!v->empty() && v->size() != n) fail(path, "tensors must all be [B, T] like input_ids");
     if (obj == Objective::causal) {
         b.targets.assign(n, kIgnore);
         set_causal_targets(b);

@@ -192,7 +192,7 @@ class Embedding : public Layer {
         dev::embedding_forward(s->e.data(), mb.dev.input_ids, P(word_), N, C);
         dev::embedding_forward(s->e.data(), pos.data(), P(pos_), N, C);
         dev::embedding_forward(s->e.data(), mb.dev.token_type_ids, P(type_), N, C);
-        if (task_used(mb)) dev::embedding_forward(s->e.data(), mb.dev.task_type_ids, P(task_), N, C);
+        if (cfg_.use_task_id) dev::embedding_forward(s->e.data(), task_ids(mb), P(task_), N, C);
         dev::layernorm_forward(out, s->mean.data(), s->rstd.data(), s->e.data(), P(lnw_), P(lnb_), N, C,
                                cfg_.layer_norm_eps);
         dev::dropout_forward(out, out, opt.train ? opt.hidden_dropout : 0.0f, dropout_key(opt, mb, index_, 0), N * C);
@@ -218,11 +218,18 @@ class Embedding : public Layer {
         dev::embedding_backward(G(word_), s.de.data(), mb.dev.input_ids, N, C);
         dev::embedding_backward(G(pos_), s.de.data(), pos.data(), N, C);
         dev::embedding_backward(G(type_), s.de.data(), mb.dev.token_type_ids, N, C);
-        if (task_used(mb)) dev::embedding_backward(G(task_), s.de.data(), mb.dev.task_type_ids, N, C);
+        if (cfg_.use_task_id) dev::embedding_backward(G(task_), s.de.data(), task_ids(mb), N, C);
     }
 
  private:
-    bool task_used(const MicroBatch& mb) const { return cfg_.use_task_id && mb.dev.task_type_ids; }
+    // Without task_type_ids (text from --data, fill-mask, ...) every token has task 0, as in
+    // Hugging Face and PaddleNLP: row 0 of the table is added, not nothing.
+    const int32_t* task_ids(const MicroBatch& mb) {
+        if (mb.dev.task_type_ids) return mb.dev.task_type_ids;
+        if (no_tasks_.size() != size_t(mb.B) * mb.T || !(no_tasks_.device() == current_device()))
+            no_tasks_.assign(std::vector<int32_t>(size_t(mb.B) * mb.T, 0));
+        return no_tasks_.data();
+    }
     // Position ids (B, T) on this thread's device, made once per shape rather than per call (on a
     // GPU each upload would wait for the copy).
     const Array<int32_t>& positions(int B, int T) {
@@ -236,7 +243,7 @@ class Embedding : public Layer {
     }
     ModelConfig cfg_;
     size_t word_, pos_, type_, task_ = 0, lnw_, lnb_;
-    Array<int32_t> positions_;
+    Array<int32_t> positions_, no_tasks_;
     int positions_T_ = 0;
 };
 

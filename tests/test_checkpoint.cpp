@@ -441,6 +441,31 @@ TEST_CASE("config: Hugging Face and PaddleNLP keys, legacy model_config.json, la
     CHECK(error_of([&] { pt::load_model_config(dir); }).find("not a model directory") != std::string::npos);
 }
 
+TEST_CASE("use_task_id: inputs without task_type_ids mean task 0, as in Hugging Face and PaddleNLP") {
+    std::string dir = temp_dir("task_ids");
+    std::vector<Entry> with = read_entries(fixture("ernie/nano-like/inputs.safetensors")), without, zeros = with;
+    for (Entry& e : zeros)
+        if (e.name == "task_type_ids") std::fill(e.bytes.begin(), e.bytes.end(), uint8_t(0));
+        else without.push_back(e);
+    REQUIRE(without.size() + 1 == with.size());
+    write_entries(dir + "/without.safetensors", without);
+    write_entries(dir + "/zeros.safetensors", zeros);
+    std::string model = fixture("ernie/nano-like/hf");
+    Run a = run_cli("eval --model " + model + " --inputs " + dir + "/without.safetensors");
+    Run b = run_cli("eval --model " + model + " --inputs " + dir + "/zeros.safetensors");
+    REQUIRE_MESSAGE(a.code == 0, a.out);
+    CHECK(a.out == b.out);   // row 0 of the task table was left out without them
+    // A shape other than input_ids' is refused even with as many elements.
+    std::vector<Entry> odd = with;
+    for (Entry& e : odd)
+        if (e.name == "attention_mask") std::swap(e.shape[0], e.shape[1]);
+    write_entries(dir + "/odd.safetensors", odd);
+    Run c = run_cli("eval --model " + model + " --inputs " + dir + "/odd.safetensors");
+    CHECK(c.code != 0);
+    CHECK(c.out.find("tensor \"attention_mask\" must be [B, T] like input_ids") != std::string::npos);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("vocab.txt: fewer lines than vocab_size load, more are an error") {
     std::string dir = temp_dir("vocab");
     pt::ModelConfig cfg = pt::load_model_config(fixture("bad/base_tiny"));

@@ -11,8 +11,11 @@
 
 No tensor is renamed or transposed: pipetrain's loader maps Paddle and Hugging Face names.
 Pickles can run code, so both paths unpickle through an allow-list of numpy (and torch
-tensor) constructors. Bad input gets one line on stderr and exit status 1; the output is
-written to a temporary file and renamed, so a failed run leaves nothing behind.
+tensor) constructors, numpy.ndarray only as what `_reconstruct` rebuilds; TorchScript
+archives are refused. Bad input gets one line on stderr and exit status 1; the output is
+written to a temporary file and renamed, so a failed run leaves nothing behind. The work runs
+in a child process, so that a crash inside Python's own unpickler, or an interrupt, still ends
+that way.
 """
 import codecs
 import collections
@@ -21,9 +24,10 @@ import json
 import math
 import os
 import pickle
+import signal
 import struct
 import sys
-import tempfile
+import zipfile
 
 import numpy as np
 
@@ -42,11 +46,25 @@ try:
 except ImportError:
     from numpy.core.multiarray import _reconstruct
 
+class NdarrayToken:
+    """What a pickle gets for numpy.ndarray: usable as _reconstruct's argument only. The real
+    class, called directly, would build an array over any buffer (or uninitialised memory) of a
+    size the file does not hold."""
+    def __new__(cls, *args, **kwargs):
+        raise ConvertError("numpy.ndarray called directly: only arrays whose bytes are in the file are allowed")
+
+
+def reconstruct(subtype, shape, dtype):
+    if subtype is not NdarrayToken:
+        raise ConvertError("only numpy arrays are allowed")
+    return _reconstruct(np.ndarray, shape, dtype)  # then filled by __setstate__ from the file's bytes
+
+
 # The only globals a pickle of numpy arrays needs (numpy 1 and 2 spell the module differently).
 NUMPY_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy", "ndarray"): np.ndarray,
+    ("numpy.core.multiarray", "_reconstruct"): reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): reconstruct,
+    ("numpy", "ndarray"): NdarrayToken,
     ("numpy", "dtype"): np.dtype,
     ("_codecs", "encode"): codecs.encode,  # protocol 2 stores bytes as encode(str, 'latin1')
     ("collections", "OrderedDict"): collections.OrderedDict,
@@ -118,6 +136,13 @@ def join_slices(obj, key, info):
 
 def load_torch_bin(path):
     """{name: array} from a pytorch_model.bin; the only code path that needs torch."""
+    # torch.load hands a TorchScript archive to torch.jit.load, which runs its code, even with
+    # weights_only=True before torch 2.6 (CVE-2025-32434); torch.save never writes these members.
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            if any(n.endswith("/constants.pkl") or "/code/" in n for n in z.namelist()):
+                raise ConvertError("a TorchScript archive (torch.jit.save): loading it would run its code; "
+                                   "save the model's state_dict with torch.save instead")
     try:
         import torch
     except ImportError:
@@ -140,6 +165,8 @@ def load_torch_bin(path):
             raise ConvertError(f"'{key}' holds {type(value).__name__}, expected a tensor")
         if value.dtype == torch.bfloat16:
             raise ConvertError(f"'{key}': bfloat16 is not supported")
+        if value.numel() > value.storage().size():  # e.g. expand(): 1 stored element seen 2^28 times
+            raise ConvertError(f"'{key}': a view with more elements ({value.numel()}) than its storage holds")
         out[key] = value.detach().numpy()  # strided is fine: tobytes() writes C order
     return out
 
@@ -166,12 +193,17 @@ def safetensors_bytes(tensors, metadata):
     return text, [e[3] for e in entries]
 
 
+def temp_path(path):
+    """The temporary file next to `path` that this run (the parent's pid) writes first."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getppid() if CHILD else os.getpid()}.tmp")
+
+
 def write_safetensors(path, tensors, metadata):
     """Write atomically: a temporary file in the same directory, fsync, rename."""
     header, arrays = safetensors_bytes(tensors, metadata)
-    directory = os.path.dirname(os.path.abspath(path))
+    directory, tmp = os.path.dirname(os.path.abspath(path)), temp_path(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         raise ConvertError(f"cannot write {path}: {e.strerror}")
     try:
@@ -197,6 +229,8 @@ def write_safetensors(path, tensors, metadata):
 
 
 def convert(src, dst):
+    if (os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst)) or dst.endswith((".pdparams", ".bin")):
+        raise ConvertError(f"the output {dst} would replace a checkpoint: write OUTPUT.safetensors")
     if src.endswith(".pdparams"):
         tensors, fmt = load_pdparams(src), "np"
     elif src.endswith(".bin"):
@@ -209,10 +243,50 @@ def convert(src, dst):
     return len(tensors)
 
 
+CHILD = False
+
+
 def main(argv):
+    """The conversion runs in a child process: a crafted pickle can crash Python's unpickler
+    itself (a key nested 200,000 deep overflows the C stack), and that must still end in one
+    line, with no temporary file left behind; so must an interrupt."""
+    global CHILD
     if len(argv) != 3:
         print("usage: convert_checkpoint.py INPUT(.pdparams|.bin) OUTPUT.safetensors", file=sys.stderr)
         return 2
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        CHILD = True
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        code = convert_main(argv)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def stop(signum, _frame):
+        os.kill(pid, signal.SIGKILL)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    tmp = temp_path(argv[2])
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    if os.WIFSIGNALED(status):
+        why = signal.Signals(os.WTERMSIG(status)).name
+        print(f"convert_checkpoint.py: {argv[1]}: stopped by {why} (a crash reading the file, or an interrupt); "
+              "nothing written", file=sys.stderr)
+        return 1
+    return os.WEXITSTATUS(status)
+
+
+def convert_main(argv):
     try:
         n = convert(argv[1], argv[2])
     except Exception as e:  # bad input of any kind: one line, no traceback

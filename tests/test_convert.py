@@ -12,10 +12,13 @@ import json
 import os
 import pickle
 import pickletools
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
+import zipfile
 
 import numpy as np
 
@@ -270,10 +273,53 @@ def test_torch(tmp):
     check("torch: tensors bit-identical", not bad, bad)
 
 
+def test_hostile_files(tmp):
+    """Files made to hurt the converter rather than by a framework: each is one line, nothing written."""
+    good = os.path.join(tmp, "good.pdparams")
+    open(good, "wb").write(pickle.dumps({"w": np.arange(6, dtype=np.float32)}, protocol=2))
+    # numpy.ndarray called by the pickle itself: 2^28 floats over a 4-byte buffer (1 GiB written).
+    huge = os.path.join(tmp, "ndarray_call.pdparams")
+    open(huge, "wb").write(b"\x80\x02}X\x01\x00\x00\x00wcnumpy\nndarray\n(J\x00\x00\x00\x10\x85cnumpy\ndtype\n"
+                           b"X\x02\x00\x00\x00f4\x85RC\x04\x00\x00\x80?K\x00K\x00\x85tRs.")
+    expect_refusal("ndarray called directly", huge,
+                   "numpy.ndarray called directly: only arrays whose bytes are in the file are allowed", tmp)
+    # A dict key nested 200,000 deep crashes Python's unpickler in C (SIGSEGV), past any except.
+    deep = os.path.join(tmp, "deep.pdparams")
+    open(deep, "wb").write(b"\x80\x02})" + b"\x85" * 200000 + b"cnumpy\ndtype\nX\x02\x00\x00\x00f4\x85Rs.")
+    expect_refusal("nesting 200,000 deep", deep, None, tmp)
+    # A TorchScript archive runs code in torch.load before torch 2.6: refused before torch is imported.
+    ts = os.path.join(tmp, "torchscript.bin")
+    with zipfile.ZipFile(ts, "w") as z:
+        z.writestr("archive/constants.pkl", b"")
+        z.writestr("archive/code/__torch__.py", "import os; os.system('touch pwned')")
+    expect_refusal("TorchScript archive", ts, "a TorchScript archive (torch.jit.save): loading it would run its "
+                   "code; save the model's state_dict with torch.save instead", tmp)
+    # The output may not be the input (or any checkpoint): it replaced the pickle.
+    before = open(good, "rb").read()
+    code, _, err = run_converter(good, good)
+    check("output = input refused", code == 1 and "would replace a checkpoint" in err and open(good, "rb").read() == before, err)
+    # An interrupt while writing leaves neither the output nor the temporary file.
+    big = os.path.join(tmp, "big.pdparams")
+    open(big, "wb").write(pickle.dumps({"w": np.ones(50_000_000, np.float32)}, protocol=4))
+    out_dir = tempfile.mkdtemp(dir=tmp)
+    p = subprocess.Popen([sys.executable, CONVERTER, big, os.path.join(out_dir, "big.safetensors")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while p.poll() is None and not any(n.endswith(".tmp") for n in os.listdir(out_dir)):
+        time.sleep(0.001)
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        check("SIGTERM while writing: exit 1, one line", p.returncode == 1 and len(err.splitlines()) == 1, repr(err))
+        check("SIGTERM while writing: nothing left", os.listdir(out_dir) == [], os.listdir(out_dir))
+    else:
+        print("skipped: the conversion ended before an interrupt could be sent")
+    os.unlink(big)
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="test_convert_") as tmp:
         for test in [test_ernie_fixtures, test_writer_layout, test_generated_roundtrip, test_refusals,
-                     test_edge_pickles, test_torch]:
+                     test_edge_pickles, test_hostile_files, test_torch]:
             try:
                 test(tmp)
             except Exception as e:  # a crash in one test is a failure, not the end of the run

@@ -3,6 +3,7 @@
 #include "src/io.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -289,6 +290,8 @@ void load_weights(const std::string& dir, const std::vector<Layer*>& layers, boo
             auto it = c.by_model_name.find(p.tied ? kWordEmbedding : p.name);
             if (it == c.by_model_name.end()) continue;   // optional: keeps its initial values
             std::vector<float> v = read_source(c, it->second[0]);
+            for (float x : v)   // would surface as a "diverged" training or a NaN loss, far from here
+                if (!std::isfinite(x)) fail(c.path, it->second[0].name + " holds NaN or infinite values");
             std::copy(v.begin(), v.end(), l->params.begin() + long(p.offset));
         }
 }

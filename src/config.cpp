@@ -1,6 +1,8 @@
 #include "src/config.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -141,6 +143,18 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
 
 ModelConfig ModelConfig::from_json_file(const std::string& path) { return from_json_string(read_file(path), path); }
 
+namespace {
+// The shortest decimal that reads back as f: 1e-05 is written "1e-05", not 9.999999747378752e-06.
+double shortest(float f) {
+    char buf[32];
+    for (int digits = 1; digits < 9; digits++) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, double(f));
+        if (std::strtof(buf, nullptr) == f) break;
+    }
+    return std::strtod(buf, nullptr);
+}
+}  // namespace
+
 std::string ModelConfig::to_json_string() const {
     const char* arch = num_labels > 0 ? "ErnieForSequenceClassification" : is_decoder ? "ErnieForCausalLM" : "ErnieForMaskedLM";
     json j = {{"architectures", {arch}}, {"is_decoder", is_decoder},
@@ -149,8 +163,8 @@ std::string ModelConfig::to_json_string() const {
               {"intermediate_size", intermediate_size}, {"hidden_act", hidden_act},
               {"max_position_embeddings", max_position_embeddings}, {"type_vocab_size", type_vocab_size},
               {"task_type_vocab_size", task_type_vocab_size}, {"use_task_id", use_task_id},
-              {"layer_norm_eps", layer_norm_eps}, {"pad_token_id", pad_token_id},
-              {"hidden_dropout_prob", hidden_dropout_prob}, {"attention_probs_dropout_prob", attention_probs_dropout_prob},
+              {"layer_norm_eps", shortest(layer_norm_eps)}, {"pad_token_id", pad_token_id},
+              {"hidden_dropout_prob", shortest(hidden_dropout_prob)}, {"attention_probs_dropout_prob", shortest(attention_probs_dropout_prob)},
               {"initializer_range", 0.02}, {"position_embedding_type", "absolute"}};
     for (int i = 0; i < num_labels; i++) {
         j["id2label"][std::to_string(i)] = "LABEL_" + std::to_string(i);

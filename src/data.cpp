@@ -248,11 +248,14 @@ Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
 std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int T, int num_labels) {
     std::vector<std::string> lines = read_lines(path);
     if (lines.empty()) fail(path, "empty (expected a header row: label<TAB>text_a)");
+    for (std::string& line : lines)   // CRLF files (csv in Python reads them the same way)
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lines[0].rfind("\xEF\xBB\xBF", 0) == 0) lines[0].erase(0, 3);   // "UTF-8 with BOM", as spreadsheets save
     std::vector<std::string> header = split(lines[0], '\t');
     int label_col = -1, a_col = -1, b_col = -1;
     for (int i = 0; i < int(header.size()); i++) {
-        std::string h = header[i];
-        if (!h.empty() && h.back() == '\r') h.pop_back();
+        const std::string& h = header[i];
+        if (std::count(header.begin(), header.end(), h) > 1) fail(path, "header: column \"" + h + "\" appears twice");
         if (h == "label") label_col = i;
         else if (h == "text_a") a_col = i;
         else if (h == "text_b") b_col = i;
@@ -264,7 +267,6 @@ std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int
         if (lines[i].empty()) continue;
         std::string where = path + ": line " + std::to_string(i + 1);
         std::vector<std::string> cols = split(lines[i], '\t');
-        if (!cols.empty() && !cols.back().empty() && cols.back().back() == '\r') cols.back().pop_back();
         if (int(cols.size()) != int(header.size()))
             fail(where, std::to_string(cols.size()) + " columns, the header has " + std::to_string(header.size()));
         Example e;

@@ -436,6 +436,14 @@ TEST_CASE("config: Hugging Face and PaddleNLP keys, legacy model_config.json, la
     pt::ModelConfig back = pt::ModelConfig::from_json_string(c.to_json_string(), "round trip");
     CHECK(back.num_labels == 5);
     CHECK(back.to_json_string() == c.to_json_string());
+    // Floats are written as the shortest decimals that read back as the same float.
+    c.layer_norm_eps = 1e-5f, c.hidden_dropout_prob = 0.1f;
+    std::string json = c.to_json_string();
+    CHECK(json.find("\"layer_norm_eps\": 1e-05,") != std::string::npos);
+    CHECK(json.find("\"hidden_dropout_prob\": 0.1,") != std::string::npos);
+    back = pt::ModelConfig::from_json_string(json, "round trip");
+    CHECK(back.layer_norm_eps == c.layer_norm_eps);
+    CHECK(back.hidden_dropout_prob == c.hidden_dropout_prob);
 
     fs::remove_all(dir);
     CHECK(error_of([&] { pt::load_model_config(dir); }).find("not a model directory") != std::string::npos);
@@ -550,7 +558,14 @@ TEST_CASE("CLI: every broken input makes eval exit non-zero with one line naming
                          cfg.replace(cfg.find("\"vocab_size\": 16"), 16, "\"vocab_size\": NaN");
                          std::ofstream(model + "/config.json") << cfg;
                      }});
-    REQUIRE(cases.size() >= 24);
+    cases.push_back({"model.safetensors", "ernie.encoder.layer.0.output.dense.bias holds NaN or infinite values", [&] {
+                         std::vector<Entry> v = read_entries(base + "/model.safetensors");
+                         Entry* b = entry(v, "ernie.encoder.layer.0.output.dense.bias");
+                         float nan = NAN;
+                         std::memcpy(b->bytes.data() + 4, &nan, 4);
+                         write_entries(model + "/model.safetensors", v);
+                     }});
+    REQUIRE(cases.size() >= 25);
     for (const Case& c : cases) {
         fs::remove_all(model);
         copy_dir(base, model);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "src/config.hpp"
 #include "tests/cli_util.hpp"
@@ -83,6 +84,27 @@ TEST_CASE("classification input errors are one line") {
     Run nolabels = run_cli("train --preset tiny --task classify --data " + kTrain + " --out " + out + "/m");
     CHECK(nolabels.code != 0);
     CHECK(nolabels.out.find("--labels") != std::string::npos);
+    // A header named twice is ambiguous: refused (the last "label" column was used).
+    std::ofstream(out + "/dup.tsv") << "label\ttext_a\tlabel\n1\t很好\tx\n";
+    Run dup = run_cli("train --preset tiny --task classify --labels 2 --data " + out + "/dup.tsv --out " + out + "/m");
+    CHECK(dup.out.find("header: column \"label\" appears twice") != std::string::npos);
+}
+
+TEST_CASE("a TSV saved as \"UTF-8 with BOM\" and CRLF, blank lines included, reads as the plain one") {
+    std::string out = temp_dir("clsbom");
+    std::string plain, windows = "\xEF\xBB\xBF";
+    for (const char* row : {"label\ttext_a", "1\t很好，值得一去", "0\t太差了", "", "1\t不错"}) {
+        if (*row) plain += std::string(row) + "\n";
+        windows += std::string(row) + "\r\n";
+    }
+    std::ofstream(out + "/plain.tsv") << plain;
+    std::ofstream(out + "/windows.tsv") << windows;
+    const std::string flags = " --preset tiny --task classify --labels 2 --batch 2 --seq 16 --steps 2 --seed 3";
+    Run a = run_cli("train" + flags + " --data " + out + "/plain.tsv --out " + out + "/a");
+    Run b = run_cli("train" + flags + " --data " + out + "/windows.tsv --out " + out + "/b");
+    REQUIRE_MESSAGE(a.code == 0, a.out);
+    REQUIRE_MESSAGE(b.code == 0, b.out);   // "header must name the columns", then "1 columns" at the blank line
+    CHECK(read_file(out + "/a/model.safetensors") == read_file(out + "/b/model.safetensors"));
 }
 
 TEST_CASE("--partition time times a classifier on valid labels (it used to feed token ids as labels)") {

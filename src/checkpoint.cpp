@@ -273,9 +273,13 @@ std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Lay
     return out;
 }
 
-void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict) {
+void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict, bool fresh_ok) {
     Checkpoint c = open_checkpoint(dir);
     std::vector<Problem> problems = check_checkpoint(c, layers, strict);
+    for (Problem& p : problems)
+        if (p.kind == Problem::note && !fresh_ok)
+            p = {Problem::error, p.message.substr(0, p.message.find("; keeping")) +
+                                     ": an evaluation of freshly initialised weights would mean nothing"};
     size_t errors = 0;
     for (const Problem& p : problems) errors += p.kind == Problem::error;
     for (const Problem& p : problems)

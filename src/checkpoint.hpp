@@ -28,8 +28,8 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
 // Fills the parameters of `layers` from the checkpoint in dir. A missing or mis-shaped tensor
 // is a one-line error naming it with the expected and found shapes; unexpected tensors are
 // listed on stderr as a warning (an error when strict). Missing optional parameters keep their
-// values (one note line on stderr).
-void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false);
+// values (one note line on stderr), unless !fresh_ok: evaluating a classifier without its head.
+void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false, bool fresh_ok = true);
 
 // dir/config.json, else dir/model_config.json (PaddleNLP).
 ModelConfig load_model_config(const std::string& dir);

@@ -823,7 +823,7 @@ int eval_main(const std::vector<std::string>& argv) {
     std::vector<Layer*> layers;
     for (int i = 0; i < num_model_layers(s.cfg); i++) owned.push_back(make_layer(s.cfg, i)), layers.push_back(owned.back().get());
     if (a.has("--dump-logits")) check_output_path(a.str("--dump-logits"), "--dump-logits");
-    load_weights(s.model_dir, layers);
+    load_weights(s.model_dir, layers, false, s.cfg.num_labels == 0);   // a classifier's head must be there
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
     if (ev.targets == 0)
         throw std::runtime_error(a.str(a.has("--data") ? "--data" : "--inputs") + ": nothing to evaluate (no target position)");

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "src/config.hpp"
+#include "src/safetensors.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -32,6 +33,17 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     REQUIRE_MESSAGE(e.code == 0, e.out);
     CHECK(value_after(e.out, "accuracy ") == value_after(r.out, "accuracy "));
     CHECK(value_after(e.out, "eval loss ") == value_after(r.out, "eval loss "));
+    // Without its head (pooler and classifier) the classifier is not evaluated: a random head
+    // scored 0.5 and said nothing.
+    pt::st::File f = pt::st::read(out + "/model.safetensors");
+    pt::st::Writer w;
+    for (const pt::st::TensorInfo& t : f.tensors)
+        if (t.name.rfind("classifier.", 0) != 0 && t.name.rfind("ernie.pooler.", 0) != 0)
+            w.add(t.name, t.dtype, t.shape, f.data.data() + t.begin, t.end - t.begin);
+    w.write(out + "/model.safetensors");
+    Run headless = run_cli("eval --model " + out + " --data " + kDev + " --seq 32");
+    CHECK(headless.code != 0);
+    CHECK(headless.out.find("an evaluation of freshly initialised weights would mean nothing") != std::string::npos);
 }
 
 TEST_CASE("fine-tuning starts from a model directory and gives the same bits for every schedule") {

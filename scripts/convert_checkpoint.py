@@ -112,10 +112,12 @@ def load_pdparams(path):
 def join_slices(obj, key, info):
     """Undo paddle.framework.io._unpack_saved_dict for one key: concatenate, then reshape.
     The slices are removed from obj."""
-    try:
-        shape, slices = tuple(int(d) for d in info["OriginShape"]), list(info["slices"])
-    except (TypeError, KeyError, ValueError):
-        raise ConvertError(f"{UNPACK_INFO}['{key}']: expected {{'OriginShape': [...], 'slices': [...]}}")
+    shape, slices = info.get("OriginShape") if isinstance(info, dict) else None, info.get("slices") if isinstance(info, dict) else None
+    # Lists of ints and of names, exactly: "12" is not the shape [1, 2], nor 1.9 the size 1.
+    if not (isinstance(shape, (list, tuple)) and all(type(d) is int for d in shape)
+            and isinstance(slices, (list, tuple)) and all(isinstance(n, str) for n in slices)):
+        raise ConvertError(f"{UNPACK_INFO}['{key}']: expected {{'OriginShape': [ints], 'slices': [names]}}")
+    shape, slices = tuple(shape), list(slices)
     if key in obj:
         raise ConvertError(f"'{key}' is stored both whole and split into slices")
     if not slices or any(d < 0 for d in shape):

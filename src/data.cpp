@@ -279,7 +279,7 @@ std::vector<Example> load_tsv(const std::string& path, const Tokenizer& tok, int
         }
         if (e.label < 0 || e.label >= num_labels)
             fail(where, "label " + std::to_string(e.label) + " out of range [0, " + std::to_string(num_labels) +
-                            ") (--labels)");
+                            ") (--labels, or the model's num_labels)");
         Tokenizer::Encoded enc;
         try {
             enc = tok.encode_pair(cols[a_col], b_col >= 0 ? cols[b_col] : "", T);

@@ -14,6 +14,14 @@ namespace pt {
 
 namespace {
 
+// Names and metadata come from the file: control characters in them would break the listing or
+// drive the terminal, so they are shown as '?'.
+std::string printable(std::string s) {
+    for (char& c : s)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return s;
+}
+
 void print_tensors(const Checkpoint& c) {
     bool paddle = c.convention == "paddle";
     size_t n = 0, width = 0;
@@ -25,15 +33,15 @@ void print_tensors(const Checkpoint& c) {
                                        : "hf (Hugging Face names, Linear weights [out, in])");
     for (const st::File& f : c.files) {
         std::string meta;
-        for (const auto& [k, v] : f.metadata) meta += (meta.empty() ? "" : ", ") + k + "=" + v;
+        for (const auto& [k, v] : f.metadata) meta += (meta.empty() ? "" : ", ") + printable(k) + "=" + printable(v);
         std::printf("%s: %zu tensors, %zu data bytes%s%s\n", f.path.c_str(), f.tensors.size(), f.data.size(),
                     meta.empty() ? "" : ", metadata ", meta.c_str());
         for (const st::TensorInfo& t : f.tensors) {
             bool transpose = false;
             std::string m = to_model_name(t.name, paddle, &transpose);
             std::string shape = shape_str(t.shape);
-            std::printf("  %-*s %-4s %-14s -> %s%s\n", int(width), t.name.c_str(), t.dtype.c_str(), shape.c_str(),
-                        m.empty() ? "(ignored buffer)" : m.c_str(), transpose ? " (transposed)" : "");
+            std::printf("  %-*s %-4s %-14s -> %s%s\n", int(width), printable(t.name).c_str(), t.dtype.c_str(), shape.c_str(),
+                        m.empty() ? "(ignored buffer)" : printable(m).c_str(), transpose ? " (transposed)" : "");
         }
     }
 }

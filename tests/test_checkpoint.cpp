@@ -581,6 +581,18 @@ TEST_CASE("CLI: every broken input makes eval exit non-zero with one line naming
     fs::remove_all(work);
 }
 
+TEST_CASE("CLI: inspect shows control characters in names and metadata as '?'") {
+    std::string dir = temp_dir("ctrl");
+    std::vector<Entry> v = read_entries(fixture("bad/base_tiny/model.safetensors"));
+    v[0].name = "evil\n\x1b[2Jname";
+    write_entries(dir + "/x.safetensors", v);
+    Run r = run_cli("inspect " + dir + "/x.safetensors");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("evil??[2Jname") != std::string::npos);
+    CHECK(r.out.find('\x1b') == std::string::npos);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("CLI: inspect lists the mapping of a good directory and fails on a bad one") {
     Run probe = run_cli("inspect " + fixture("ernie/nano-like/paddle"));
     if (probe.out.find("unknown command") != std::string::npos) {

@@ -219,6 +219,8 @@ def test_edge_pickles(tmp):
         "list.pdparams": ([np.ones(2, np.float32)], "expected a pickled dict of arrays, got list"),
         "object.pdparams": ({"w": np.array([1, "a"], dtype=object)}, "'w': dtype object is not supported"),
         "stray_slice.pdparams": ({"w@@.0": np.ones(2, np.float32)}, "'w@@.0' is not listed in UnpackBigParamInfor@@"),
+        "string_shape.pdparams": ({"w@@.0": np.ones(2, np.float32), "UnpackBigParamInfor@@": {"w": {
+            "OriginShape": "12", "slices": ["w@@.0"]}}}, "expected {'OriginShape': [ints], 'slices': [names]}"),
     }
     for fname, (obj, reason) in cases.items():
         src = os.path.join(tmp, fname)

@@ -84,7 +84,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "pipetrain: unknown command \"%s\" (pipetrain --help lists them)\n", cmd.c_str());
         return 2;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "pipetrain %s: %s\n", cmd.c_str(), e.what());
+        // An allocation that failed on a stage's thread arrives wrapped, naming its rank and action.
+        std::string why = e.what();
+        if (why.size() >= 14 && why.compare(why.size() - 14, 14, "std::bad_alloc") == 0)
+            why += ": out of memory (a smaller --batch or --seq, or more --micro-batches, needs less)";
+        std::fprintf(stderr, "pipetrain %s: %s\n", cmd.c_str(), why.c_str());
         return 1;
     }
 }

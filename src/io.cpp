@@ -89,7 +89,6 @@ std::vector<std::string> read_lines(const std::string& path) { return split_line
 void check_output_path(const std::string& path, const std::string& flag) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    if (path.empty()) throw std::runtime_error(flag + ": expected a file path, got \"\"");
     if (fs::is_directory(path, ec)) throw std::runtime_error(flag + ": " + path + " is a directory, expected a file path");
     fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))

@@ -714,11 +714,11 @@ class Pipeline {
 
     // Executes this rank's actions for one optimizer step. On any error: aborts the Comm (waking
     // every other rank) and throws "rank R, action F3.0: <reason> (after ...)".
-    void run_step() {
+    // Event times are µs since `origin`: ranks given the same origin share one time axis.
+    void run_step(std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now()) {
         events_.clear();
         const std::vector<Action>& actions = schedule_[rank_];
-        auto t0 = std::chrono::steady_clock::now();
-        auto now = [&] { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count(); };
+        auto now = [&] { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin).count(); };
         std::vector<std::vector<CommOp>> plan = detail::comm_plan(actions, rank_, P_, V_);
         std::map<int, Buffer> outputs;  // by tag: what finished actions produced, until sent
         size_t i = 0;
@@ -764,7 +764,7 @@ class Pipeline {
         }
     }
 
-    // Measured events of the last step: µs from step start (steady_clock), actions and comm waits.
+    // Measured events of the last step: µs from its origin (steady_clock), actions and comm waits.
     const std::vector<Event>& timeline() const { return events_; }
     const Schedule& schedule() const { return schedule_; }
 

@@ -12,6 +12,10 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
            const std::set<std::string>& switches, bool take_positional) {
     for (size_t i = 0; i < argv.size(); i++) {
         const std::string& a = argv[i];
+        if (a == "--" && take_positional) {   // the end of the flags: "tokenize --vocab V -- --ids"
+            positional_.insert(positional_.end(), argv.begin() + long(i) + 1, argv.end());
+            break;
+        }
         if (a.rfind("--", 0) != 0 || a == "--") {
             if (!take_positional) throw std::runtime_error("\"" + a + "\": unexpected argument (this command takes flags only)");
             positional_.push_back(a);

@@ -321,9 +321,21 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
         }
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
-    write_file_atomic(dir + "/config.json", cfg.to_json_string());
-    write_file_atomic(dir + "/vocab.txt", vocab);
-    w.write(dir + "/model.safetensors");
+    // The three files are written into a staging folder, then renamed in one after the other: an
+    // interrupt while the (large) weights are written leaves the previous model whole, not the
+    // new config.json beside the old model.safetensors.
+    const std::string staging = dir + "/.saving";
+    fs::remove_all(staging, ec);
+    fs::create_directory(staging, ec);
+    if (ec) fail(staging, "cannot create directory (" + ec.message() + ")");
+    write_file_atomic(staging + "/config.json", cfg.to_json_string());
+    write_file_atomic(staging + "/vocab.txt", vocab);
+    w.write(staging + "/model.safetensors");
+    for (const char* name : {"/model.safetensors", "/config.json", "/vocab.txt"}) {
+        fs::rename(staging + name, dir + name, ec);
+        if (ec) fail(dir + name, "cannot rename " + staging + name + " to it (" + ec.message() + ")");
+    }
+    fs::remove(staging, ec);
 }
 
 ModelConfig load_model_config(const std::string& dir) {

@@ -6,6 +6,7 @@
 #include "src/io.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -457,6 +458,9 @@ int vocab_main(const std::vector<std::string>& argv) {
     try {
         Args a(argv, {"--data", "--out", "--size"});
         std::string data = a.required("--data"), out_path = a.required("--out");
+        std::error_code ec;
+        if (std::filesystem::equivalent(data, out_path, ec))
+            throw std::runtime_error("--out: " + out_path + " is the --data file; it would be overwritten");
         // 8000 is enough for the Chinese poems of the labs with room for words.
         size_t size = size_t(a.integer("--size", 8000, 5, 10000000));
         std::vector<std::string> vocab = build_vocab_file(data, size);

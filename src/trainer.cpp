@@ -1,5 +1,9 @@
 #include "src/trainer.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -352,6 +356,7 @@ struct World {
     std::vector<double> busy_us, span_us;
     std::vector<std::vector<pp::Event>> timelines;
     double last_loss = 0;
+    Clock::time_point origin = Clock::now();
     std::mutex mu;
     st::Writer grads_dump;
 };
@@ -536,7 +541,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         stage.zero_grads();
         stage.begin_step(&local, mb_rows, d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
         auto t0 = Clock::now();
-        pipe.run_step();
+        pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
         // Gradients: tied sum, then data-parallel sum, both in a fixed order.
@@ -737,6 +742,20 @@ int train_main(const std::vector<std::string>& argv) {
         std::filesystem::create_directories(w.out, ec);
         if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
     }
+    // One run per --out: two would stage their checkpoints under the same names. The lock is the
+    // directory's own (flock), released when the process ends, however it ends.
+    struct Fd {
+        int fd;
+        ~Fd() { if (fd >= 0) ::close(fd); }
+    } out_lock{::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (out_lock.fd < 0 || ::flock(out_lock.fd, LOCK_EX | LOCK_NB) != 0)
+        throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
+    for (const auto& e : std::filesystem::directory_iterator(w.out)) {   // what an interrupted run left
+        std::string name = e.path().filename().string();
+        if ((name.rfind("checkpoint-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) ||
+            name == ".saving")
+            std::filesystem::remove_all(e.path());
+    }
 
     int64_t n_params = 0;
     for (Layer* l : replica_layers(w))
@@ -795,9 +814,16 @@ int train_main(const std::vector<std::string>& argv) {
     std::vector<Layer*> layers = replica_layers(w);
     save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
     if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);
-    if (a.has("--trace")) {
+    if (a.has("--trace")) {   // the last step of every rank (replica d's ranks are d*P .. d*P+P-1), from 0
         std::vector<pp::Event> all;
-        for (int r = 0; r < w.P; r++) all.insert(all.end(), w.timelines[r].begin(), w.timelines[r].end());
+        double first = 1e300;
+        for (int r = 0; r < R; r++)
+            for (pp::Event e : w.timelines[r]) {
+                e.rank = r;
+                all.push_back(e);
+                first = std::min(first, e.start);
+            }
+        for (pp::Event& e : all) e.start -= first, e.end -= first;
         write_file_atomic(a.str("--trace"), pp::chrome_trace(all));
         std::printf("%s", pp::ascii_timeline(all, w.P, 100).c_str());
     }

@@ -333,6 +333,8 @@ TEST_CASE("vocab_main and tokenize_main: files written atomically, bad flags ret
     CHECK(written == pt::build_vocab(lf_lines(read_bytes(corpus)), 400));
     CHECK(!fs::exists(out + ".tmp"));
 
+    CHECK(pt::vocab_main({"--data", corpus, "--out", corpus}) == 2);   // it overwrote the corpus
+    CHECK(read_bytes(corpus) == read_bytes(kDir + "input.txt"));
     CHECK(pt::vocab_main({"--data", corpus}) == 2);
     CHECK(pt::vocab_main({"--data", corpus, "--out", out, "--size", "x"}) == 2);
     CHECK(pt::vocab_main({"--data", (dir / "nope.txt").string(), "--out", out}) == 2);
@@ -364,6 +366,14 @@ TEST_CASE("CLI: pipetrain tokenize --ids on the goldens") {
     CHECK(read_bytes(out) == read_bytes(kDir + "tokens.txt"));
     CHECK(std::system((base + "'ERNIE 3.0是一个模型' >'" + out + "'").c_str()) == 0);
     CHECK(read_bytes(out) == lf_lines(read_bytes(kDir + "tokens.txt"))[82] + "\n");
+    // "--" ends the flags: what follows is TEXT even when it looks like one, tokenized as the
+    // same line read from a file.
+    std::string dashes = (dir / "dashes.txt").string(), via_file = (dir / "via_file.txt").string();
+    std::ofstream(dashes) << "--ids\n";
+    CHECK(std::system((base + "--file '" + dashes + "' >'" + via_file + "'").c_str()) == 0);
+    CHECK(std::system((base + "-- --ids >'" + out + "'").c_str()) == 0);
+    CHECK(read_bytes(out).size() > 1);
+    CHECK(read_bytes(out) == read_bytes(via_file));
 
     // Invalid UTF-8: non-zero exit, nothing on stdout, one line on stderr naming file and line.
     int rc =

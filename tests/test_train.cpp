@@ -3,9 +3,16 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -143,6 +150,61 @@ TEST_CASE("pipetrain CMD --help prints that command's usage and exits 0") {
         CHECK(r.out.find(c.lacks) == std::string::npos);
     }
     CHECK(run_cli("frobnicate --help").code != 0);
+}
+
+TEST_CASE("--trace: every rank of every replica on one time axis") {
+    std::string out = temp_dir("trace");
+    Run r = run_cli("train --preset tiny --data " + kSample + " --stages 2 --dp 2 --micro-batches 4 --batch 16 --seq 16"
+                    " --steps 2 --out " + out + " --trace " + out + "/t.json");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    std::map<std::pair<int, int>, std::pair<double, double>> fwd;   // (rank, micro-batch) -> (start, end)
+    std::set<int> ranks;
+    std::istringstream json(read_file(out + "/t.json"));
+    double first = 1e300;
+    for (std::string line; std::getline(json, line);) {
+        int mb, chunk, pid;
+        double ts, dur;
+        size_t at = line.find("\"pid\":");
+        if (line.find("\"ph\":\"X\"") == std::string::npos || at == std::string::npos) continue;
+        CHECK(std::sscanf(line.c_str() + at, "\"pid\":%d,\"tid\":%*d,\"ts\":%lf,\"dur\":%lf", &pid, &ts, &dur) == 3);
+        ranks.insert(pid), first = std::min(first, ts);
+        if (std::sscanf(line.c_str(), "{\"name\":\"F%d.%d\"", &mb, &chunk) == 2) fwd[{pid, mb}] = {ts, ts + dur};
+    }
+    CHECK(ranks == std::set<int>{0, 1, 2, 3});   // replica 1 is ranks 2, 3 (only replica 0 was written)
+    CHECK(first == 0.0);
+    // A stage's forward starts after the previous stage's forward of that micro-batch ended: true
+    // on one clock (each rank counted from its own start broke it).
+    for (int replica = 0; replica < 2; replica++)
+        for (int mb = 0; mb < 2; mb++) {
+            CAPTURE(mb);
+            REQUIRE(fwd.count({2 * replica, mb}));
+            REQUIRE(fwd.count({2 * replica + 1, mb}));
+            CHECK(fwd[{2 * replica + 1, mb}].first >= fwd[{2 * replica, mb}].second - 0.002);
+        }
+    fs::remove_all(out);
+}
+
+TEST_CASE("one run per --out; what an interrupted one left is cleaned") {
+    std::string out = temp_dir("locked");
+    fs::create_directories(out + "/checkpoint-9.tmp"), fs::create_directories(out + "/.saving");
+    std::ofstream(out + "/checkpoint-9.tmp/config.json") << "{";
+    const std::string cmd = "train --preset tiny --data " + kSample + " --steps 1 --batch 4 --seq 16 --out " + out;
+    {   // another run holds the directory: refused before anything is written
+        int fd = ::open(out.c_str(), O_RDONLY | O_DIRECTORY);
+        REQUIRE(fd >= 0);
+        REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+        Run busy = run_cli(cmd);
+        ::close(fd);
+        CHECK(busy.code != 0);
+        CHECK(busy.out.find("--out: " + out + " is in use by another pipetrain run") != std::string::npos);
+        CHECK(!fs::exists(out + "/model.safetensors"));
+    }
+    Run ok = run_cli(cmd);
+    REQUIRE_MESSAGE(ok.code == 0, ok.out);
+    CHECK(!fs::exists(out + "/checkpoint-9.tmp"));
+    CHECK(!fs::exists(out + "/.saving"));
+    CHECK(fs::exists(out + "/model.safetensors"));
+    fs::remove_all(out);
 }
 
 TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {

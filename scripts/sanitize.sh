@@ -16,7 +16,7 @@ case $KIND in
 esac
 B=${2:-build-$KIND}
 bash scripts/setup.sh
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_CUDA=OFF \
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_CUDA=OFF -DPT_TEST_TIMEOUT=1500 \
     -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_EXE_LINKER_FLAGS="$FLAGS" >/dev/null || exit 1
 cmake --build "$B" -j"$(nproc)" || exit 1
 REPORTS=$(cd "$B" && pwd)/reports

@@ -463,11 +463,18 @@ void save_checkpoint(World& w, int step) {
 // --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
-void load_resume_state(World& w, const std::string& dir) {
+// DIR/trainer_state.json, read once: its settings default the flags (resume_defaults), then
+// must match the run (load_resume_state).
+nlohmann::json read_trainer_state(const std::string& dir) {
     std::string path = dir + "/trainer_state.json";
     nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
     if (saved.is_discarded() || !saved.is_object() || !saved.contains("step") || !saved["step"].is_number_integer())
         throw std::runtime_error(path + ": not a trainer state (expected a JSON object with \"step\")");
+    return saved;
+}
+
+void load_resume_state(World& w, const std::string& dir, const nlohmann::json& saved) {
+    const std::string path = dir + "/trainer_state.json";
     for (const auto& [key, value] : w.state.items())
         if (!saved.contains(key) || saved[key] != value)
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
@@ -495,9 +502,7 @@ void load_resume_state(World& w, const std::string& dir) {
 // --resume DIR: the settings the checkpoint records ("seed", "lr", ... "save-format") are the
 // defaults of the flags of the same names, so a plain `--resume DIR --data F --out O` continues
 // the run; given ones must match them (load_resume_state), except --save-format.
-void resume_defaults(Args& a, const std::string& dir) {
-    nlohmann::json saved = nlohmann::json::parse(read_file(dir + "/trainer_state.json"), nullptr, false);
-    if (!saved.is_object()) return;   // load_resume_state says what is wrong
+void resume_defaults(Args& a, const nlohmann::json& saved) {
     for (const auto& [key, value] : saved.items())
         if (key != "step") a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
 }
@@ -641,7 +646,8 @@ int train_main(const std::vector<std::string>& argv) {
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
                   "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
-    if (a.has("--resume")) resume_defaults(a, a.str("--resume"));
+    nlohmann::json saved_state = a.has("--resume") ? read_trainer_state(a.str("--resume")) : nlohmann::json();
+    if (a.has("--resume")) resume_defaults(a, saved_state);
     World w;
     Setup s = make_setup(a, true);
     w.setup = &s;
@@ -727,7 +733,7 @@ int train_main(const std::vector<std::string>& argv) {
         if (std::mismatch(from.begin(), from.end(), to.begin(), to.end()).first == from.end())
             throw std::runtime_error("--out: " + w.out + " is inside the checkpoint --resume reads (" + a.str("--resume") +
                                      "): saving there would overwrite it");
-        load_resume_state(w, a.str("--resume"));
+        load_resume_state(w, a.str("--resume"), saved_state);
     }
     w.state["save-format"] = w.save_format;   // not compared on --resume: it does not change the bits
     // What the run will write is checked, and --out made, before training: a path that cannot be

@@ -1,7 +1,5 @@
 #include "src/checkpoint.hpp"
 
-#include "src/io.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/io.hpp"
+#include "src/json.hpp"
+#include "src/lifecycle.hpp"
 #include "src/tokenizer.hpp"
 
 namespace pt {
@@ -180,8 +181,8 @@ Checkpoint open_checkpoint(const std::string& dir) {
                            ? " (model_state.pdparams: convert it with scripts/convert_checkpoint.py)"
                            : ""));
     // Hugging Face's sharded layout: {"metadata": {...}, "weight_map": {tensor: shard file}}.
-    json j = json::parse(read_file(index), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
+    json j = parse_json(read_file(index), index);
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
         j["weight_map"].empty())
         fail(index, "expected a JSON object with a non-empty \"weight_map\": {tensor: shard file}");
     std::map<std::string, std::string> where;   // tensor -> shard
@@ -300,14 +301,11 @@ void load_weights(const std::string& dir, const std::vector<Layer*>& layers, boo
         }
 }
 
-void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
-                    const std::vector<Layer*>& layers, const std::string& format) {
+void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
+                       const std::vector<Layer*>& layers, const std::string& format) {
     if (format != "hf" && format != "paddle")
         throw std::runtime_error("--format: expected hf or paddle, got \"" + format + "\"");
     bool paddle = format == "paddle";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) fail(dir, "cannot create directory (" + ec.message() + ")");
     st::Writer w;
     w.metadata["format"] = paddle ? "np" : "pt";   // what PaddleNLP's and transformers' writers put there
     for (const Layer* l : layers)
@@ -321,25 +319,25 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
         }
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
-    // The three files are written into a staging folder, then renamed in one after the other: an
-    // interrupt while the (large) weights are written leaves the previous model whole, not the
-    // new config.json beside the old model.safetensors.
-    const std::string staging = dir + "/.saving";
-    fs::remove_all(staging, ec);
-    fs::create_directory(staging, ec);
-    if (ec) fail(staging, "cannot create directory (" + ec.message() + ")");
-    write_file_atomic(staging + "/config.json", cfg.to_json_string());
-    write_file_atomic(staging + "/vocab.txt", vocab);
-    w.write(staging + "/model.safetensors");
-    for (const char* name : {"/model.safetensors", "/config.json", "/vocab.txt"}) {
-        fs::rename(staging + name, dir + name, ec);
-        if (ec) fail(dir + name, "cannot rename " + staging + name + " to it (" + ec.message() + ")");
-    }
-    fs::remove(staging, ec);
+    write_file_atomic(dir + "/config.json", cfg.to_json_string());
+    write_file_atomic(dir + "/vocab.txt", vocab);
+    w.write(dir + "/model.safetensors");
+}
+
+void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
+                    const std::vector<Layer*>& layers, const std::string& format) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail(dir, "cannot create directory (" + ec.message() + ")");
+    // Staged in dir/.saving and committed with its manifest (lifecycle.hpp): a kill at any moment
+    // leaves the previous model whole, or a directory that is refused until the move is finished.
+    write_model_files(stage_files(dir), cfg, vocab_lines, layers, format);
+    commit_files(dir);
 }
 
 ModelConfig load_model_config(const std::string& dir) {
     if (!fs::is_directory(dir)) fail(dir, "not a model directory");
+    verify_dir(dir);   // the first read of every model directory: a sealed one is checked whole here
     for (const char* name : {"config.json", "model_config.json"}) {
         std::string path = dir + "/" + name;
         if (!fs::exists(path)) continue;

@@ -18,12 +18,16 @@
 
 namespace pt {
 
-// Writes config.json, vocab.txt and model.safetensors into dir (created if needed). Each file
-// is replaced atomically; the tied copy of the word embedding is not written (it is tied).
-// format "hf" (Hugging Face names) or "paddle" (PaddleNLP names, Linear weights [in, out];
-// config.json keeps the Hugging Face keys, which PaddleNLP's ErnieConfig reads as well).
+// Writes config.json, vocab.txt and model.safetensors into dir (created if needed), through the
+// lifecycle of src/lifecycle.hpp: staged, sealed by a manifest, committed. The tied copy of the
+// word embedding is not written (it is tied). format "hf" (Hugging Face names) or "paddle"
+// (PaddleNLP names, Linear weights [in, out]; config.json keeps the Hugging Face keys, which
+// PaddleNLP's ErnieConfig reads as well).
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                     const std::vector<Layer*>& layers, const std::string& format = "hf");
+// The same three files written into an existing (staging) directory, each atomically.
+void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
+                       const std::vector<Layer*>& layers, const std::string& format = "hf");
 
 // Fills the parameters of `layers` from the checkpoint in dir. A missing or mis-shaped tensor
 // is a one-line error naming it with the expected and found shapes; unexpected tensors are
@@ -31,7 +35,8 @@ void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::v
 // values (one note line on stderr), unless !fresh_ok: evaluating a classifier without its head.
 void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false, bool fresh_ok = true);
 
-// dir/config.json, else dir/model_config.json (PaddleNLP).
+// dir/config.json, else dir/model_config.json (PaddleNLP), after verify_dir(dir): a sealed
+// directory whose files differ from its manifest is refused, naming the file.
 ModelConfig load_model_config(const std::string& dir);
 // dir/vocab.txt as token lines ([UNK] required). Fewer lines than vocab_size is fine (ERNIE 3.0
 // has 39,980 for 40,000 rows); more is an error. Empty if the file does not exist.

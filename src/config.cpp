@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/io.hpp"
+#include "src/json.hpp"
 
 namespace pt {
 
@@ -79,12 +80,7 @@ json flatten_init_args(const json& j, const std::string& source) {
 //   *ForSequenceClassification architecture the size of "id2label" (absent means 2: Hugging
 //   Face omits it when it equals the default), else 0 (no classifier).
 ModelConfig ModelConfig::from_json_string(const std::string& text, const std::string& source) {
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::parse_error& e) {   // e.g. NaN, which Python's json.dump writes but JSON lacks
-        throw std::runtime_error(source + ": not valid JSON (" + std::string(e.what()).substr(std::string(e.what()).find(']') + 2) + ")");
-    }
+    json j = parse_json(text, source);   // NaN, which Python's json.dump writes, is not JSON
     if (!j.is_object()) throw std::runtime_error(source + ": not a JSON object");
     if (j.contains("init_args")) j = flatten_init_args(j, source);
     ModelConfig c;

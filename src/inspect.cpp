@@ -9,6 +9,7 @@
 
 #include "src/args.hpp"
 #include "src/checkpoint.hpp"
+#include "src/lifecycle.hpp"
 
 namespace pt {
 
@@ -64,7 +65,11 @@ int inspect_main(const std::vector<std::string>& argv) {
         errors += kind == Problem::error;
     };
     std::unique_ptr<ModelConfig> cfg;
-    try {
+    try {   // the manifest first: a directory that fails it is refused whatever else it holds
+        verify_dir(target);
+        size_t sealed = read_manifest(target).size();
+        if (sealed) std::printf("manifest: %zu files match their sizes and SHA-256 (%s)\n", sealed, kManifest);
+        else std::printf("manifest: none (not written by pipetrain): files not checked\n");
         cfg = std::make_unique<ModelConfig>(load_model_config(target));
         std::printf("config: vocab %d, hidden %d, layers %d, heads %d (head size %d), intermediate %d, act %s, "
                     "max_pos %d, token types %d, task ids %s, layer_norm_eps %g, labels %d\n",
@@ -74,7 +79,7 @@ int inspect_main(const std::vector<std::string>& argv) {
                     double(cfg->layer_norm_eps), cfg->num_labels);
         size_t lines = load_vocab_lines(target, *cfg).size();
         if (lines) std::printf("vocab: %zu tokens for %d embedding rows\n", lines, cfg->vocab_size);
-        else std::printf("vocab: no vocab.txt\n");
+        else report(Problem::error, target + "/vocab.txt: missing (text cannot be tokenized for this model)");
     } catch (const std::exception& e) {
         report(Problem::error, e.what());
     }
@@ -91,6 +96,7 @@ int inspect_main(const std::vector<std::string>& argv) {
     } catch (const std::exception& e) {
         report(Problem::error, e.what());
     }
+    std::fflush(stdout);   // the listing first: through a pipe, stdout is flushed in 4 KiB blocks
     if (errors) std::fprintf(stderr, "%d error%s: a load of %s fails\n", errors, errors > 1 ? "s" : "", target.c_str());
     else std::printf("ok: %s loads\n", target.c_str());
     return errors ? 1 : 0;

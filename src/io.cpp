@@ -118,9 +118,12 @@ void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chun
     if (::close(fd) != 0) fail_io("cannot close " + tmp, errno);
     if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("cannot rename " + tmp + " to it", errno);
     // The rename itself is only durable once the directory entry is on disk.
-    std::string dir = std::filesystem::path(path).parent_path().string();
+    fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+void fsync_dir(const std::string& dir) {
     Fd d{::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-    if (d.fd < 0 || ::fsync(d.fd) != 0) fail(path, "written, but cannot fsync its directory", errno);
+    if (d.fd < 0 || ::fsync(d.fd) != 0) fail(dir.empty() ? "." : dir, "cannot fsync the directory", errno);
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {

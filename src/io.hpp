@@ -33,5 +33,7 @@ std::vector<std::string> split(std::string_view s, char sep);
 using Chunk = std::pair<const void*, size_t>;
 void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks);
 void write_file_atomic(const std::string& path, const std::string& contents);
+// Makes the entries of dir (creations, renames, removals) durable ("" is the current directory).
+void fsync_dir(const std::string& dir);
 
 }  // namespace pt

@@ -3,6 +3,7 @@
 #include "src/safetensors.hpp"
 
 #include "src/io.hpp"
+#include "src/json.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -65,7 +66,10 @@ bool is_count(const json& v) {  // a JSON integer >= 0 (nlohmann reads "-0" as s
 json parse_header(const std::string& path, const uint8_t* first, const uint8_t* last) {
     std::vector<std::set<std::string>> open_objects;  // keys seen, per enclosing object
     std::string duplicate;
-    auto on_event = [&](int, json::parse_event_t event, json& parsed) {
+    auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+        bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+        if (opens && depth >= kMaxJsonDepth)   // a header is two levels deep; nothing may recurse this far
+            fail(path, "header is not valid JSON (nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
         if (event == json::parse_event_t::object_start) open_objects.emplace_back();
         if (event == json::parse_event_t::object_end) open_objects.pop_back();
         if (event == json::parse_event_t::key && duplicate.empty() &&

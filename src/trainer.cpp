@@ -28,6 +28,8 @@
 #include "src/nccl_comm.hpp"
 #endif
 #include "src/io.hpp"
+#include "src/json.hpp"
+#include "src/lifecycle.hpp"
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/tokenizer.hpp"
@@ -425,13 +427,13 @@ std::vector<Layer*> replica_layers(World& w) {   // replica 0, model order
 }
 
 // OUT/checkpoint-<step>/: the model directory, the AdamW moments (optimizer.safetensors, under
-// "<parameter>.exp_avg" / ".exp_avg_sq") and trainer_state.json, written into a temporary
-// directory and renamed into place. Only the last `keep` checkpoints are kept.
+// "<parameter>.exp_avg" / ".exp_avg_sq") and trainer_state.json, written into OUT/.tmp-checkpoint-N,
+// sealed by a manifest and committed in one step (src/lifecycle.hpp). Only the last `keep`
+// checkpoints are kept; older ones go through the trash.
 void save_checkpoint(World& w, int step) {
-    namespace fs = std::filesystem;
-    std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = dir + ".tmp";
-    fs::remove_all(tmp);
-    save_model_dir(tmp, w.setup->cfg, w.setup->vocab, replica_layers(w), w.save_format);
+    auto t0 = Clock::now();
+    std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = stage_dir(dir);
+    write_model_files(tmp, w.setup->cfg, w.setup->vocab, replica_layers(w), w.save_format);
     st::Writer opt;
     for (int p = 0; p < w.P; p++) {   // replica 0: every replica holds the same moments
         std::vector<Layer*> layers = w.stages[p]->layers();
@@ -446,42 +448,66 @@ void save_checkpoint(World& w, int step) {
     nlohmann::json state = w.state;
     state["step"] = step;
     write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
-    fs::remove_all(dir);
-    fs::rename(tmp, dir);
-    std::vector<std::pair<int, fs::path>> all;
-    for (const auto& e : fs::directory_iterator(w.out)) {
+    double hashing = 0;
+    uint64_t bytes = seal_dir(tmp, &hashing);
+    commit_dir(tmp, dir);
+    std::vector<std::pair<int, std::string>> all;
+    for (const auto& e : std::filesystem::directory_iterator(w.out)) {
         std::string name = e.path().filename().string();
-        if (name.rfind("checkpoint-", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+        if (name.rfind("checkpoint-", 0) != 0 || name.size() > 20 ||
+            name.find_first_not_of("0123456789", 11) != std::string::npos || name.size() == 11)
+            continue;
         int n = std::atoi(name.c_str() + 11);   // a later one is another run's: not ours to delete
-        if (n <= step) all.push_back({n, e.path()});
+        if (n <= step) all.push_back({n, e.path().string()});
     }
     std::sort(all.begin(), all.end());
-    for (size_t i = 0; i + size_t(w.keep) < all.size(); i++) fs::remove_all(all[i].second);
-    std::printf("  saved %s\n", dir.c_str());
+    for (size_t i = 0; i + size_t(w.keep) < all.size(); i++) trash(all[i].second);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("  saved %s (%s in %.2f s, of which %.2f s hashing for the manifest)\n", dir.c_str(),
+                human_bytes(double(bytes)).c_str(), secs, hashing);
 }
 
 // --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
 // DIR/trainer_state.json, read once: its settings default the flags (resume_defaults), then
-// must match the run (load_resume_state).
+// must match the run (load_resume_state). It holds these keys and no others: any other one
+// (a "trace" would become the default of --trace) is an error naming it.
+const char* const kStateKeys[] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps", "clip",
+                                  "weight-decay", "dropout", "micro-batches", "save-format"};
+
 nlohmann::json read_trainer_state(const std::string& dir) {
+    verify_dir(dir);   // a sealed checkpoint is checked whole before any of it is believed
     std::string path = dir + "/trainer_state.json";
-    nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
-    if (saved.is_discarded() || !saved.is_object() || !saved.contains("step") || !saved["step"].is_number_integer())
+    nlohmann::json saved = parse_json(read_file(path), path);
+    if (!saved.is_object() || !saved.contains("step"))
         throw std::runtime_error(path + ": not a trainer state (expected a JSON object with \"step\")");
+    std::string known;
+    for (const char* k : kStateKeys) known += std::string(known.empty() ? "" : ", ") + k;
+    for (const auto& [key, value] : saved.items()) {
+        if (std::find_if(std::begin(kStateKeys), std::end(kStateKeys), [&](const char* k) { return key == k; }) ==
+            std::end(kStateKeys))
+            throw std::runtime_error(path + ": unknown key \"" + key + "\" (a trainer state holds only " + known + ")");
+        bool text = key == "objective" || key == "save-format";
+        if (text ? !value.is_string() : !value.is_number())
+            throw std::runtime_error(path + ": \"" + key + "\" must be a " + (text ? "string" : "number"));
+    }
+    const nlohmann::json& step = saved["step"];
+    if (!step.is_number_integer())
+        throw std::runtime_error(path + ": \"step\" must be an integer, got " + step.dump());
+    if (!step.is_number_unsigned() && step.get<int64_t>() < 0) throw std::runtime_error(path + ": \"step\" is negative");
+    if (step.get<uint64_t>() > uint64_t(1) << 30)
+        throw std::runtime_error(path + ": \"step\" " + step.dump() + " is out of range (at most 2^30 steps)");
     return saved;
 }
 
 void load_resume_state(World& w, const std::string& dir, const nlohmann::json& saved) {
-    const std::string path = dir + "/trainer_state.json";
     for (const auto& [key, value] : w.state.items())
         if (!saved.contains(key) || saved[key] != value)
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
                                      (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " + value.dump());
-    if (saved["step"].get<int64_t>() < 0 || saved["step"].get<int64_t>() > w.steps)
-        throw std::runtime_error(saved["step"].get<int64_t>() < 0 ? path + ": \"step\" is negative"
-                                 : "--steps: the checkpoint is at step " + saved["step"].dump());
+    if (saved["step"].get<int64_t>() > w.steps)
+        throw std::runtime_error("--steps: the checkpoint is at step " + saved["step"].dump());
     w.start_step = saved["step"].get<int>();
     st::File f = st::read(dir + "/optimizer.safetensors");
     for (size_t r = 0; r < w.stages.size(); r++) {
@@ -493,6 +519,14 @@ void load_resume_state(World& w, const std::string& dir, const nlohmann::json& s
                     std::vector<float> x = f.to_f32(name + suffix);
                     if (x.size() != pi.numel)
                         throw std::runtime_error(f.path + ": " + name + suffix + " has the wrong size");
+                    // A NaN or infinite moment, or a negative mean of squares, would surface steps
+                    // later as "training diverged"; a second moment is a mean of squares.
+                    bool second = std::string(suffix) == ".exp_avg_sq";
+                    for (float m : x)
+                        if (!std::isfinite(m) || (second && m < 0))
+                            throw std::runtime_error(f.path + ": " + name + suffix + " holds " +
+                                                     (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
+                                                     (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
                     std::copy(x.begin(), x.end(), buf->vec().begin() + long(pi.offset));
                 }
             }
@@ -503,7 +537,7 @@ void load_resume_state(World& w, const std::string& dir, const nlohmann::json& s
 // defaults of the flags of the same names, so a plain `--resume DIR --data F --out O` continues
 // the run; given ones must match them (load_resume_state), except --save-format.
 void resume_defaults(Args& a, const nlohmann::json& saved) {
-    for (const auto& [key, value] : saved.items())
+    for (const auto& [key, value] : saved.items())   // the allow-listed keys (read_trainer_state)
         if (key != "step") a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
 }
 
@@ -756,12 +790,7 @@ int train_main(const std::vector<std::string>& argv) {
     } out_lock{::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
     if (out_lock.fd < 0 || ::flock(out_lock.fd, LOCK_EX | LOCK_NB) != 0)
         throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
-    for (const auto& e : std::filesystem::directory_iterator(w.out)) {   // what an interrupted run left
-        std::string name = e.path().filename().string();
-        if ((name.rfind("checkpoint-", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) ||
-            name == ".saving")
-            std::filesystem::remove_all(e.path());
-    }
+    recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
 
     int64_t n_params = 0;
     for (Layer* l : replica_layers(w))

@@ -81,6 +81,7 @@ TEST_CASE("generate: a causal model continues the sentence it learned") {
         if (t.name == "cls.predictions.bias") w.add_f32(t.name, t.shape, bias.data());
         else w.add(t.name, t.dtype, t.shape, f.data.data() + t.begin, t.end - t.begin);
     w.write(out + "/model.safetensors");
+    std::filesystem::remove(out + "/pipetrain_manifest.json");   // edited by hand, as by another tool: not sealed
     Run special = run_cli("generate --model " + out + " --prompt 今天天气 --tokens 6 --temperature 0");
     CHECK(special.out == "今天天气很好，我们去\n");
     Run bad = run_cli("generate --model /no/such/model --prompt x");

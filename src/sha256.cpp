@@ -1,4 +1,5 @@
 // src/sha256.cpp — SHA-256 as FIPS 180-4 writes it: 64 rounds over 64-byte blocks.
+// Version 1 (block) is the specification in C++; version 2 uses the CPU's SHA instructions.
 #include "src/sha256.hpp"
 
 #include <fcntl.h>
@@ -7,6 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 #include "src/io.hpp"
 
@@ -26,7 +32,55 @@ const uint32_t kRound[64] = {
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
+#if defined(__x86_64__)
+// Version 2: the SHA extensions (x86 SHA-NI: Intel since Goldmont/Ice Lake, AMD since Zen), about
+// ten times the plain code. sha256rnds2 runs two rounds on the state kept as ABEF and CDGH;
+// sha256msg1/msg2 extend the message schedule four words at a time.
+__attribute__((target("sha,sse4.1,ssse3"))) void blocks_sha_ni(uint32_t state[8], const uint8_t* p, size_t n) {
+    const __m128i kByteSwap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+    __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(state)), 0xB1);
+    __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4)), 0x1B);
+    __m128i abef = _mm_alignr_epi8(dcba, efgh, 8);
+    __m128i cdgh = _mm_blend_epi16(efgh, dcba, 0xF0);
+    for (; n > 0; n--, p += 64) {
+        const __m128i abef_in = abef, cdgh_in = cdgh;
+        __m128i w[4];   // w[g % 4] = message words 4g .. 4g+3
+        for (int i = 0; i < 4; i++)
+            w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), kByteSwap);
+        for (int g = 0; g < 16; g++) {   // rounds 4g .. 4g+3
+            __m128i wk = _mm_add_epi32(w[g % 4], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound + 4 * g)));
+            cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+            abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+            if (g < 12) {   // words 4g+16 .. 4g+19 from words 4g .. 4g+15
+                __m128i t = _mm_sha256msg1_epu32(w[g % 4], w[(g + 1) % 4]);
+                t = _mm_add_epi32(t, _mm_alignr_epi8(w[(g + 3) % 4], w[(g + 2) % 4], 4));
+                w[g % 4] = _mm_sha256msg2_epu32(t, w[(g + 3) % 4]);
+            }
+        }
+        abef = _mm_add_epi32(abef, abef_in);
+        cdgh = _mm_add_epi32(cdgh, cdgh_in);
+    }
+    __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+    __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(state), _mm_blend_epi16(feba, dchg, 0xF0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), _mm_alignr_epi8(dchg, feba, 8));
+}
+
+bool cpu_has_sha_ni() {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 29 & 1);
+}
+#endif
+
 }  // namespace
+
+bool sha256_sha_ni = [] {
+#if defined(__x86_64__)
+    return cpu_has_sha_ni();
+#else
+    return false;
+#endif
+}();
 
 Sha256::Sha256()
     : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
@@ -59,9 +113,15 @@ void Sha256::update(const void* data, size_t n) {
         std::memcpy(buf_ + used_, p, take);
         used_ += take, p += take, n -= take;
         if (used_ < sizeof buf_) return;
-        block(buf_);
+        block(buf_);   // the plain version: one block now and then is not worth the dispatch
         used_ = 0;
     }
+#if defined(__x86_64__)
+    if (sha256_sha_ni && n >= 64) {
+        blocks_sha_ni(state_, p, n / 64);
+        p += n / 64 * 64, n %= 64;
+    }
+#endif
     for (; n >= 64; p += 64, n -= 64) block(p);
     std::memcpy(buf_, p, n);
     used_ = n;

@@ -7,6 +7,10 @@
 
 namespace pt {
 
+// Whether whole blocks go through the CPU's SHA instructions (set at start-up when the CPU has
+// them; tests turn it off to check the plain version against the same digests).
+extern bool sha256_sha_ni;
+
 class Sha256 {
  public:
     Sha256();

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -54,6 +55,16 @@ inline std::string value_after(const std::string& text, const std::string& key) 
     at += key.size();
     size_t end = text.find_first_of(" \n|", at);
     return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// What f throws, "" if nothing.
+inline std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
 }
 
 inline std::string fixture(const std::string& rel) { return std::string(PT_FIXTURES) + "/" + rel; }

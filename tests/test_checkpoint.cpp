@@ -62,15 +62,6 @@ const float* find_param(const Model& m, const std::string& name) {
     return nullptr;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
 void copy_dir(const std::string& from, const std::string& to) {
     fs::create_directories(to);
     for (const auto& e : fs::directory_iterator(from))

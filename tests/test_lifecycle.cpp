@@ -27,15 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
 std::string sha256_of(const std::string& s) {
     pt::Sha256 h;
     h.update(s.data(), s.size());

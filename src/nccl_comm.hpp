@@ -5,7 +5,8 @@
 // a ThreadComm, which also brings the timeouts and the abort that names the failing rank.
 //
 // NCCL allows one rank per GPU in a communicator: with fewer GPUs than ranks, use ThreadComm
-// (whose device-to-device copies serve stages that share a GPU). Built only when NCCL is found.
+// (whose device-to-device copies serve stages that share a GPU). Built only when CMake finds
+// nccl.h; libnccl itself is opened at run time, by the first NcclWorld (nccl_comm.cpp says why).
 #pragma once
 #include <map>
 #include <memory>
@@ -18,9 +19,14 @@
 
 namespace pp {
 
+// True when libnccl loads and has every function NcclComm calls. The first call opens it (~10 ms;
+// PIPETRAIN_NCCL_LIBRARY=path chooses the file), later calls only read the result.
+// Otherwise false, and *why says what failed in one line: "cannot load libnccl.so.2 (...)".
+bool nccl_available(std::string* why = nullptr);
+
 class NcclWorld {
  public:
-    // devices[r] = the GPU of rank r, all different. Creates the world communicator.
+    // devices[r] = the GPU of rank r, all different. Loads NCCL and creates the world communicator.
     NcclWorld(const std::vector<int>& devices, double timeout_s);
     ~NcclWorld();
     ThreadWorld& host() { return host_; }

@@ -742,14 +742,21 @@ int train_main(const std::vector<std::string>& argv) {
     // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
     // ThreadComm (host copies, or device-to-device copies on a GPU).
     std::string comm_name = a.str("--comm", "auto");
-    bool nccl_possible = w.device.cuda && R > 1 && R <= w.gpus;
-#ifndef PIPETRAIN_NCCL
-    if (comm_name == "nccl") throw std::runtime_error("--comm nccl: this build has no NCCL");
-    nccl_possible = false;
-#endif
-    if (comm_name == "auto") comm_name = nccl_possible ? "nccl" : "thread";
-    if (comm_name != "thread" && comm_name != "nccl")
+    if (comm_name != "auto" && comm_name != "thread" && comm_name != "nccl")
         throw std::runtime_error("--comm: expected auto, thread or nccl, got \"" + comm_name + "\"");
+    bool nccl_possible = w.device.cuda && R > 1 && R <= w.gpus;
+    // libnccl is opened (dlopen) only when the run asks for it or could use it: a CPU run never
+    // maps its 200 MB, and a missing NCCL is an error for --comm nccl alone.
+    std::string no_nccl = "this build has no NCCL";
+    bool nccl_loads = false;
+#ifdef PIPETRAIN_NCCL
+    if (comm_name == "nccl" || (comm_name == "auto" && nccl_possible)) nccl_loads = pp::nccl_available(&no_nccl);
+#endif
+    if (comm_name == "nccl" && !nccl_loads) throw std::runtime_error("--comm nccl: " + no_nccl);
+    if (comm_name == "auto" && nccl_possible && !nccl_loads)
+        std::fprintf(stderr, "pipetrain train: note: --comm auto uses the thread communicator, NCCL is unavailable: %s\n",
+                     no_nccl.c_str());
+    if (comm_name == "auto") comm_name = nccl_possible && nccl_loads ? "nccl" : "thread";
     if (comm_name == "nccl" && !nccl_possible)
         throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(R) +
                                  " ranks, " + std::to_string(w.gpus) + " GPUs)");

@@ -714,7 +714,7 @@ int train_main(const std::vector<std::string>& argv) {
     w.schedule = make_schedule(sched_name, w.P, w.M, w.V);
     pp::validate(w.schedule);
     w.device = parse_device(a.str("--device", "cpu"));
-    w.gpus = cuda_device_count();
+    w.gpus = w.device.cuda ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
     auto split = split_layers(layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T, w.device), w.P, w.V);
 
     std::string dtype = a.str("--dtype", "fp32");

@@ -31,6 +31,7 @@
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/tokenizer.hpp"
+#include "src/watchdog.hpp"
 
 namespace pt {
 
@@ -531,13 +532,16 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     std::vector<int> everyone(w.P * w.D);
     std::iota(everyone.begin(), everyone.end(), 0);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, p, pp_group);
+    pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
     int n_slots = num_model_layers(s.cfg) * kSlotsPerLayer;
     for (Layer* l : stage.layers())
         if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
     auto t_start = Clock::now();
 
+    // Each phase of a step beats the watchdog, which names the phase if the rank hangs in it.
     for (int step = w.start_step; step < w.steps; step++) {
+        pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = !s.examples.empty() ? make_classify_batch(s.examples, step, B, s.special.pad, s.seed)
                        : s.train.empty()    ? s.fixed
                                             : make_batch(s.train, step, B, s.objective, s.special, s.seed);
@@ -546,11 +550,14 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         stage.zero_grads();
         stage.begin_step(&local, mb_rows, d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
         auto t0 = Clock::now();
+        pp::beat("forward/backward");
         pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
         // Gradients: tied sum, then data-parallel sum, both in a fixed order.
+        pp::beat("tied gradient sum");
         tied_sum(w, comm, stage, d);
+        pp::beat("data-parallel gradient sum");
         if (w.D > 1)
             for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
         if (!w.dump_grads.empty() && step == 0 && d == 0) {
@@ -563,6 +570,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         }
 
         // Global gradient norm from per-tensor float64 partials, summed in model order.
+        pp::beat("gradient norm");
         std::vector<double> partial(n_slots, 0.0);
         for (Layer* l : stage.layers())
             for (size_t i = 0; i < l->params_info.size(); i++) {
@@ -579,6 +587,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
                                      ": training diverged (lower --lr); nothing saved after the last checkpoint");
         float coef = norm > w.clip ? float(w.clip / (norm + 1e-6)) : 1.0f;
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
+        pp::beat("optimizer");
         for (size_t li = 0; li < stage.layers().size(); li++) {
             Layer* l = stage.layers()[li];
             if (coef != 1.0f) dev::scale(l->grads.data(), coef, int(l->grads.size()));
@@ -587,9 +596,11 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
                                   l->grads.data() + pi.offset, int64_t(pi.numel), lr, 0.9f, 0.999f, 1e-8f,
                                   pi.decay ? float(w.weight_decay) : 0.0f, step + 1);
         }
+        pp::beat("tied copies check");
         check_tied(w, comm, stage, d);
 
         // Loss of the global batch, known on every rank.
+        pp::beat("loss");
         double loss_sum = stage.loss_sum();
         comm.allreduce_sum(&loss_sum, 1, everyone);
         {
@@ -604,6 +615,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         bool save_now = w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps);
         if (eval_now || save_now) stage.to(Device{}), opt.to(Device{});
         synchronize();
+        pp::beat("barrier");
         comm.barrier();
         if (rank == 0) {
             set_device(Device{});   // evaluate and save on the host
@@ -621,15 +633,17 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
                         human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
             if (eval_now) {
                 // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
+                pp::beat("evaluation");
                 EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
                 if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
                 else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
                 else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
             }
-            if (save_now) save_checkpoint(w, step + 1);
+            if (save_now) pp::beat("checkpoint"), save_checkpoint(w, step + 1);
             std::fflush(stdout);
             set_device(mine, rank);
         }
+        pp::beat("barrier");
         comm.barrier();
         if (eval_now || save_now) stage.to(mine), opt.to(mine);
     }

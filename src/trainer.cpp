@@ -300,6 +300,7 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
                 }
             }
             act.swap(next);
+            pp::beat();   // on rank 0 during --eval-every: a long evaluation is not a hang
         }
     }
     return r;
@@ -909,6 +910,8 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
                 ev.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
     return 0;
 }
+
+int train_main(const std::vector<std::string>& argv) { return train_main(argv, "pipetrain"); }
 
 // ---- pipetrain eval -----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 // Stage/Comm interfaces → Pipeline. A reader who stops after `one_f_one_b` has the idea.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -726,6 +727,7 @@ class Pipeline {
             for (i = 0; i <= actions.size(); i++) {
                 const std::vector<CommOp>& group = plan[i];
                 if (!group.empty()) {
+                    mark(i, false);
                     std::vector<P2POp> ops;
                     std::string what;
                     for (const CommOp& op : group) {
@@ -745,6 +747,7 @@ class Pipeline {
                 }
                 if (i == actions.size()) break;
                 const Action& a = actions[i];
+                mark(i, true);
                 double start = now();
                 Buffer out;
                 switch (a.op) {
@@ -762,7 +765,23 @@ class Pipeline {
         } catch (...) {  // a stage may throw anything; the other ranks must still be woken
             fail("an exception that is not a std::exception", i);
         }
+        at_.store(-1, std::memory_order_relaxed);
+        ticks_.fetch_add(1, std::memory_order_relaxed);
     }
+
+    // Where this rank is, readable from another thread while run_step runs (a watchdog's report):
+    // "action F3.0 (after F1.0 F2.0 B0.0 B1.0)", "transfers before F3.0 (after ...)" or "between
+    // steps". Lock-free: run_step only stores an index into the schedule, which never changes.
+    std::string where() const {
+        long at = at_.load(std::memory_order_relaxed);
+        if (at < 0) return "between steps";
+        size_t i = size_t(at / 2);
+        if (at % 2 == 0 && i == schedule_[rank_].size()) return "transfers at the end of the step" + after(i);
+        return (at % 2 ? "action " : "transfers before ") + to_string(schedule_[rank_][i], true) + after(i);
+    }
+    // Grows whenever an action or a group of transfers starts, and when the step ends: a watchdog
+    // that sees it unchanged for long knows this rank is stuck.
+    unsigned long progress() const { return ticks_.load(std::memory_order_relaxed); }
 
     // Measured events of the last step: µs from its origin (steady_clock), actions and comm waits.
     const std::vector<Event>& timeline() const { return events_; }
@@ -772,14 +791,23 @@ class Pipeline {
     [[noreturn]] void fail(const std::string& why, size_t i) {
         const std::vector<Action>& actions = schedule_[rank_];
         std::string msg = "rank " + std::to_string(rank_) + ", action " +
-                          (i < actions.size() ? to_string(actions[i], true) : "(end of step)") + ": " + why;
-        if (i > 0) {
-            msg += " (after";
-            for (size_t j = i > 4 ? i - 4 : 0; j < i; j++) msg += " " + to_string(actions[j], true);
-            msg += ")";
-        }
+                          (i < actions.size() ? to_string(actions[i], true) : "(end of step)") + ": " + why + after(i);
         comm_.abort(msg);
         throw std::runtime_error(msg);
+    }
+
+    // " (after F1.0 F2.0 B0.0 B1.0)": the last four actions before action i, the breadcrumbs of errors.
+    std::string after(size_t i) const {
+        if (i == 0) return "";
+        std::string s = " (after";
+        for (size_t j = i > 4 ? i - 4 : 0; j < i; j++) s += " " + to_string(schedule_[rank_][j], true);
+        return s + ")";
+    }
+
+    // Before action i's transfers (computing = false) and before the action itself.
+    void mark(size_t i, bool computing) {
+        at_.store(long(2 * i + computing), std::memory_order_relaxed);
+        ticks_.fetch_add(1, std::memory_order_relaxed);
     }
 
     // The stage buffer that receives transfer `tag`: its consumer is action i, or (P = 1) a later one.
@@ -802,6 +830,8 @@ class Pipeline {
     int rank_;
     std::vector<int> ranks_;
     std::vector<Event> events_;
+    std::atomic<long> at_{-1};            // 2i: action i's transfers, 2i + 1: action i; -1 between steps
+    std::atomic<unsigned long> ticks_{0};
 };
 
 }  // namespace pp

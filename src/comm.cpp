@@ -10,6 +10,8 @@
 #include <thread>
 #include <type_traits>
 
+#include "src/watchdog.hpp"
+
 namespace pp {
 
 namespace {
@@ -66,6 +68,7 @@ void ThreadComm::post(int channel, const void* data, std::size_t bytes, int peer
         world_.queues_[(size_t(channel) * world_.size_ + rank_) * world_.size_ + peer].push_back(std::move(m));
     }
     world_.cv_.notify_all();
+    beat();   // every message sent or received is progress, for the watchdog
 }
 
 void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int tag) {
@@ -90,6 +93,7 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
                                  " bytes, the receive buffer " + std::to_string(bytes));
     pt::copy_bytes(data, m.bytes.data(), bytes);
     pt::synchronize();   // before the message (and its device memory) is freed
+    beat();
 }
 
 void ThreadComm::send(const void* data, std::size_t bytes, int peer, int tag) { post(0, data, bytes, peer, tag); }
@@ -141,11 +145,15 @@ void ThreadComm::barrier() {
     for (int r = 1; r < world_.size(); r++) post(1, nullptr, 0, r, kBarrierTag);
 }
 
+// The calling thread does not only join: it is the watchdog (src/watchdog.hpp), which ends the
+// process if a rank makes no progress for the timeout and a grace, even when it never returns.
 void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn) {
+    Watchdog watchdog(world.size(), world.timeout_s());
     std::vector<std::thread> threads;
     std::vector<std::string> errors(world.size());
     for (int r = 0; r < world.size(); r++)
         threads.emplace_back([&, r] {
+            watchdog.enter(r);
             try {
                 fn(r);
             } catch (const std::exception& e) {
@@ -155,10 +163,12 @@ void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn) {
                 errors[r] = what.rfind("rank ", 0) == 0 ? what : "rank " + std::to_string(r) + ": " + what;
                 world.abort(errors[r]);  // no-op if someone (the failing rank) aborted first
             } catch (...) {
-                errors[r] = "unknown exception";
-                world.abort("rank " + std::to_string(r) + ": unknown exception");
+                errors[r] = "rank " + std::to_string(r) + ": unknown exception";
+                world.abort(errors[r]);
             }
+            watchdog.leave(r, errors[r]);
         });
+    watchdog.supervise();
     for (std::thread& t : threads) t.join();
     for (const std::string& e : errors)
         if (!e.empty()) throw std::runtime_error(world.abort_reason());

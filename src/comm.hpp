@@ -65,7 +65,9 @@ class ThreadComm : public Comm {
 };
 
 // Runs fn(rank) on world.size() threads. If any throws, the world is aborted (waking the others)
-// and ONE std::runtime_error is thrown whose message is the first failure's.
+// and ONE std::runtime_error is thrown whose message is the first failure's. Meanwhile the calling
+// thread is the ranks' watchdog: a rank that makes no progress (pp::beat, a message, a pipeline
+// action) for the world's timeout plus a grace ends the process (src/watchdog.hpp).
 void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn);
 
 }  // namespace pp

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     for (const std::string& a : args)
         if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("usage: pipetrain\n%s", usage_of(cmd).c_str()), 0;
     try {
-        if (cmd == "train") return pt::train_main(args);
+        if (cmd == "train") return pt::train_main(args, argv[0]);   // 130/143 after Ctrl-C/SIGTERM
         if (cmd == "eval") return pt::eval_main(args);
         if (cmd == "tokenize") return pt::tokenize_main(args);
         if (cmd == "vocab") return pt::vocab_main(args);

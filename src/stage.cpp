@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "src/watchdog.hpp"
+
 namespace pt {
 
 Recompute parse_recompute(const std::string& s) {
@@ -137,6 +139,7 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputi
         if (opt_.bf16 && !(head && layer == chunks_[chunk].back())) round_bf16(next, out16);
         out.swap(next);
         in = out.data();
+        pp::beat();   // a layer done is progress: a long action is not a hang
     }
     if (recomputing) return;
     if (head) {   // the head: its output is the loss
@@ -178,6 +181,7 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
         if (opt_.bf16) f.stash[i]->pack();
         if (opt_.bf16 && !first_layer) round_bf16(din, bwd16_);
         dout.swap(din);
+        pp::beat();
     }
     f.grad_out.clear();
     account(f);
@@ -194,6 +198,7 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
         f.stash[i]->unpack();   // a no-op unless packed (bf16)
         layers[i]->backward_weight(*f.stash[i], mb, opt_);
         f.stash[i].reset();
+        pp::beat();
     }
     release(microbatch, chunk);
     synchronize();

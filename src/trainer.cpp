@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,12 +28,14 @@
 #ifdef PIPETRAIN_NCCL
 #include "src/nccl_comm.hpp"
 #endif
+#include "src/interrupt.hpp"
 #include "src/io.hpp"
 #include "src/json.hpp"
 #include "src/lifecycle.hpp"
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/tokenizer.hpp"
+#include "src/watchdog.hpp"
 
 namespace pt {
 
@@ -299,6 +302,7 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
                 }
             }
             act.swap(next);
+            pp::beat();   // on rank 0 during --eval-every: a long evaluation is not a hang
         }
     }
     return r;
@@ -358,6 +362,7 @@ struct World {
     std::vector<double> busy_us, span_us;
     std::vector<std::vector<pp::Event>> timelines;
     double last_loss = 0;
+    int stopped_at = 0;                                // a signal stopped the run after this step (0: none did)
     Clock::time_point origin = Clock::now();
     std::mutex mu;
     st::Writer grads_dump;
@@ -565,13 +570,16 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     std::vector<int> everyone(w.P * w.D);
     std::iota(everyone.begin(), everyone.end(), 0);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, p, pp_group);
+    pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
     int n_slots = num_model_layers(s.cfg) * kSlotsPerLayer;
     for (Layer* l : stage.layers())
         if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
     auto t_start = Clock::now();
 
+    // Each phase of a step beats the watchdog, which names the phase if the rank hangs in it.
     for (int step = w.start_step; step < w.steps; step++) {
+        pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = !s.examples.empty() ? make_classify_batch(s.examples, step, B, s.special.pad, s.seed)
                        : s.train.empty()    ? s.fixed
                                             : make_batch(s.train, step, B, s.objective, s.special, s.seed);
@@ -580,11 +588,14 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         stage.zero_grads();
         stage.begin_step(&local, mb_rows, d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
         auto t0 = Clock::now();
+        pp::beat("forward/backward");
         pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
         // Gradients: tied sum, then data-parallel sum, both in a fixed order.
+        pp::beat("tied gradient sum");
         tied_sum(w, comm, stage, d);
+        pp::beat("data-parallel gradient sum");
         if (w.D > 1)
             for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
         if (!w.dump_grads.empty() && step == 0 && d == 0) {
@@ -597,6 +608,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         }
 
         // Global gradient norm from per-tensor float64 partials, summed in model order.
+        pp::beat("gradient norm");
         std::vector<double> partial(n_slots, 0.0);
         for (Layer* l : stage.layers())
             for (size_t i = 0; i < l->params_info.size(); i++) {
@@ -613,6 +625,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
                                      ": training diverged (lower --lr); nothing saved after the last checkpoint");
         float coef = norm > w.clip ? float(w.clip / (norm + 1e-6)) : 1.0f;
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
+        pp::beat("optimizer");
         for (size_t li = 0; li < stage.layers().size(); li++) {
             Layer* l = stage.layers()[li];
             if (coef != 1.0f) dev::scale(l->grads.data(), coef, int(l->grads.size()));
@@ -621,11 +634,16 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
                                   l->grads.data() + pi.offset, int64_t(pi.numel), lr, 0.9f, 0.999f, 1e-8f,
                                   pi.decay ? float(w.weight_decay) : 0.0f, step + 1);
         }
+        pp::beat("tied copies check");
         check_tied(w, comm, stage, d);
 
-        // Loss of the global batch, known on every rank.
-        double loss_sum = stage.loss_sum();
-        comm.allreduce_sum(&loss_sum, 1, everyone);
+        // Loss of the global batch, and whether a signal asked any rank to stop (src/interrupt.hpp),
+        // known on every rank in the same reduction: all stop after the same step, and save it.
+        pp::beat("loss");
+        double reduced[2] = {stage.loss_sum(), interrupt_signal() ? 1.0 : 0.0};
+        comm.allreduce_sum(reduced, 2, everyone);
+        double loss_sum = reduced[0];
+        bool stop = reduced[1] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
         {
             std::lock_guard<std::mutex> lock(w.mu);
             w.busy_us[rank] = 0;
@@ -635,9 +653,10 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             w.timelines[rank] = pipe.timeline();
         }
         bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
-        bool save_now = w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps);
+        bool save_now = stop || (w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps));
         if (eval_now || save_now) stage.to(Device{}), opt.to(Device{});
         synchronize();
+        pp::beat("barrier");
         comm.barrier();
         if (rank == 0) {
             set_device(Device{});   // evaluate and save on the host
@@ -655,26 +674,56 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
                         human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
             if (eval_now) {
                 // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
+                pp::beat("evaluation");
                 EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
                 if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
                 else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
                 else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
             }
-            if (save_now) save_checkpoint(w, step + 1);
+            if (save_now) pp::beat("checkpoint"), save_checkpoint(w, step + 1);
+            if (stop) w.stopped_at = step + 1;
             std::fflush(stdout);
             set_device(mine, rank);
         }
+        pp::beat("barrier");
         comm.barrier();
+        if (stop) break;
         if (eval_now || save_now) stage.to(mine), opt.to(mine);
     }
     stage.to(Device{});   // the caller saves and evaluates on the host
+}
+
+// A word for a POSIX shell: as it is when that is safe, else in single quotes.
+std::string shell_quoted(const std::string& word) {
+    bool plain = !word.empty();
+    for (char c : word) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-+=/.,:@%", c));
+    if (plain) return word;
+    std::string q = "'";
+    for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// The command that continues a run stopped by a signal: its own flags, with the model now from the
+// checkpoint (--resume CHECKPOINT replaces --model, --preset, --resume, and --vocab-size goes with
+// them). --dump-grads goes too: it holds step 1's gradients, which the resumed run does not compute
+// and would overwrite with nothing. Every other flag stays, even those the checkpoint also records.
+std::string continue_command(const std::string& program, const std::vector<std::string>& argv,
+                             const std::string& checkpoint) {
+    std::string cmd = shell_quoted(program) + " train --resume " + shell_quoted(checkpoint);
+    for (size_t i = 0; i + 1 < argv.size(); i += 2) {   // `train` takes "--flag value" pairs only
+        const std::string& flag = argv[i];
+        if (flag == "--model" || flag == "--preset" || flag == "--resume" || flag == "--vocab-size" || flag == "--dump-grads")
+            continue;
+        cmd += " " + flag + " " + shell_quoted(argv[i + 1]);
+    }
+    return cmd;
 }
 
 }  // namespace
 
 // ---- pipetrain train ------------------------------------------------------------------------
 
-int train_main(const std::vector<std::string>& argv) {
+int train_main(const std::vector<std::string>& argv, const std::string& program) {
     Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
                   "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
@@ -826,6 +875,9 @@ int train_main(const std::vector<std::string>& argv) {
     }
     std::fflush(stdout);
 
+    // From here a first Ctrl-C or SIGTERM stops the run after the step in flight, with a checkpoint
+    // (run_rank); until the end, so that one after the last step lets the final save finish.
+    InterruptHandlers interrupts;
     auto t0 = Clock::now();
     try {
         if (comm_name == "nccl") {
@@ -852,6 +904,16 @@ int train_main(const std::vector<std::string>& argv) {
         throw;
     }
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (w.stopped_at > 0) {
+        // The checkpoint is the result. OUT/model.safetensors is not written: next to the config it
+        // would read as a finished run's model, and the resumed run writes it when it has finished.
+        if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);   // step 1 did run
+        std::fflush(stdout);
+        std::string ckpt = w.out + "/checkpoint-" + std::to_string(w.stopped_at);
+        std::fprintf(stderr, "interrupted at step %d: continue with %s\n", w.stopped_at,
+                     continue_command(program, argv, ckpt).c_str());
+        return interrupt_exit_code(interrupt_signal());
+    }
 
     std::vector<Layer*> layers = replica_layers(w);
     save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
@@ -872,6 +934,11 @@ int train_main(const std::vector<std::string>& argv) {
     std::printf("peak stash bytes per stage:");
     for (int p = 0; p < w.P; p++) std::printf(" %zu", w.stages[p]->peak_stash_bytes());
     std::printf("\n");
+    if (int sig = interrupt_signal()) {   // after the last step: the run is complete, only the evaluation is skipped
+        std::fflush(stdout);
+        std::fprintf(stderr, "interrupted after the last step: %s holds the finished model; no final evaluation\n", w.out.c_str());
+        return interrupt_exit_code(sig);
+    }
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
     char final_loss[64] = "n/a (no step to run)";   // --steps 0, or a resume from the last step
     if (w.steps > w.start_step) std::snprintf(final_loss, sizeof final_loss, "%.7g", w.last_loss);
@@ -879,6 +946,8 @@ int train_main(const std::vector<std::string>& argv) {
                 ev.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
     return 0;
 }
+
+int train_main(const std::vector<std::string>& argv) { return train_main(argv, "pipetrain"); }
 
 // ---- pipetrain eval -----------------------------------------------------------------------
 

@@ -6,7 +6,10 @@
 
 namespace pt {
 
-int train_main(const std::vector<std::string>& args);
+// Returns 130 or 143 when SIGINT or SIGTERM stopped the run (src/interrupt.hpp); `program` is how
+// pipetrain was invoked (argv[0]), for the command it then prints to continue the run.
+int train_main(const std::vector<std::string>& args, const std::string& program);
+int train_main(const std::vector<std::string>& args);   // program: "pipetrain"
 int eval_main(const std::vector<std::string>& args);
 int schedule_main(const std::vector<std::string>& args);
 int partition_main(const std::vector<std::string>& args);

@@ -1,0 +1,155 @@
+// src/watchdog.cpp — see watchdog.hpp.
+#include "src/watchdog.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include "pipeline.hpp"
+
+namespace pp {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// The calling thread's rank, set between enter and leave.
+struct Current {
+    Watchdog* watchdog = nullptr;
+    int rank = -1;
+};
+thread_local Current current;
+
+std::string seconds(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
+    return buf;
+}
+
+// write(2) until done: no stdio lock, which the stuck thread may hold.
+void write_stderr(const std::string& text) {
+    for (size_t done = 0; done < text.size();) {
+        ssize_t n = ::write(2, text.data() + done, text.size() - done);
+        if (n <= 0) return;
+        done += size_t(n);
+    }
+}
+}  // namespace
+
+void beat(const char* phase, int step) {
+    if (!current.watchdog) return;
+    Watchdog::Rank& k = current.watchdog->ranks_[current.rank];
+    if (phase) k.phase.store(phase, std::memory_order_relaxed);
+    if (step >= 0) k.step.store(step, std::memory_order_relaxed);
+    k.ticks.fetch_add(1, std::memory_order_relaxed);
+}
+
+WatchedPipeline::WatchedPipeline(const Pipeline& pipeline) {
+    if (!current.watchdog) return;
+    std::lock_guard<std::mutex> lock(current.watchdog->mu_);
+    current.watchdog->ranks_[current.rank].pipeline = &pipeline;
+}
+
+WatchedPipeline::~WatchedPipeline() {
+    if (!current.watchdog) return;
+    std::lock_guard<std::mutex> lock(current.watchdog->mu_);   // the watchdog reads it under the same lock
+    current.watchdog->ranks_[current.rank].pipeline = nullptr;
+}
+
+Watchdog::Watchdog(int size, double timeout_s, int first_rank)
+    : size_(size), first_rank_(first_rank), timeout_s_(timeout_s), deadline_s_(timeout_s + grace_s(timeout_s)),
+      ranks_(new Rank[size_t(size > 0 ? size : 0)]) {
+    if (size < 1 || !(timeout_s > 0)) throw std::invalid_argument("Watchdog: need size >= 1 and timeout > 0");
+}
+
+void Watchdog::enter(int r) {
+    current = {this, r};
+#if defined(__linux__)
+    // "rank 1" in top -H, gdb and /proc/PID/task/*/comm.
+    pthread_setname_np(pthread_self(), ("rank " + std::to_string(first_rank_ + r)).c_str());
+#endif
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_[r].entered = true;
+}
+
+void Watchdog::leave(int r, const std::string& error) {
+    current = {};
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        ranks_[r].left = true, ranks_[r].error = error;
+    }
+    left_.notify_all();
+}
+
+// Polls every rank's progress ten times a second (its beats, and its pipeline's actions) and wakes
+// at once when a rank leaves, so a run_ranks of a few milliseconds costs no more than that.
+void Watchdog::supervise() {
+    std::vector<unsigned long> ticks(size_, ~0ul), actions(size_, ~0ul);
+    std::vector<const Pipeline*> pipelines(size_, nullptr);
+    std::vector<Clock::time_point> since(size_, Clock::now());
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+        Clock::time_point now = Clock::now();
+        bool all_left = true;
+        std::vector<int> stuck;
+        for (int r = 0; r < size_; r++) {
+            Rank& k = ranks_[r];
+            if (k.left) continue;
+            all_left = false;
+            unsigned long t = k.ticks.load(std::memory_order_relaxed), a = k.pipeline ? k.pipeline->progress() : 0;
+            if (t != ticks[r] || a != actions[r] || k.pipeline != pipelines[r])
+                ticks[r] = t, actions[r] = a, pipelines[r] = k.pipeline, since[r] = now;
+            else if (std::chrono::duration<double>(now - since[r]).count() > deadline_s_)
+                stuck.push_back(r);
+        }
+        if (all_left) return;
+        if (!stuck.empty()) {
+            std::string who;
+            for (size_t i = 0; i < stuck.size(); i++)
+                who += (i ? ", " : "") + std::to_string(first_rank_ + stuck[i]);
+            char limits[96];
+            std::snprintf(limits, sizeof limits, "the timeout (%g s) + a grace (%g s)", timeout_s_, grace_s(timeout_s_));
+            std::string report = "watchdog: no progress from rank" + std::string(stuck.size() > 1 ? "s " : " ") + who +
+                                 " for longer than " + limits + ": ending the process (exit " +
+                                 std::to_string(kWatchdogExit) + ") without waiting for it\n";
+            for (int r = 0; r < size_; r++) {
+                const Rank& k = ranks_[r];
+                std::string line = "  rank " + std::to_string(first_rank_ + r) + ": ";
+                if (k.left) {
+                    line += k.error.empty() ? "finished" : "failed: " + k.error;
+                } else if (!k.entered) {
+                    line += "not started";
+                } else {
+                    int step = k.step.load(std::memory_order_relaxed);
+                    const char* phase = k.phase.load(std::memory_order_relaxed);
+                    if (step >= 0) line += "step " + std::to_string(step) + ", ";
+                    if (phase) line += std::string(phase) + ", ";
+                    if (k.pipeline) line += "pipeline " + k.pipeline->where() + ", ";
+                    line += "no progress for " + seconds(std::chrono::duration<double>(now - since[r]).count());
+                }
+                report += line + "\n";
+            }
+            fire(report);
+        }
+        left_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+}
+
+// The stuck thread never returns, so nothing may wait for it: no join, no static destructors,
+// no exit handlers (std::_Exit), and no lock it might hold. That is also why the world is not
+// aborted first: its lock may be the one the stuck thread holds, and ending the process ends every
+// rank anyway (under MPI, the launcher then ends the other processes).
+void Watchdog::fire(const std::string& report) {
+    write_stderr(report);
+    if (ftrylockfile(stdout) == 0) {   // what the run printed, unless a stuck thread holds stdout
+        std::fflush(stdout);           // (the lock is recursive)
+        funlockfile(stdout);
+    }
+    std::_Exit(kWatchdogExit);
+}
+
+}  // namespace pp

@@ -37,7 +37,11 @@ import tempfile
 import threading
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:   # one line, like a missing torch or transformers
+    print("gpu_vs_torch.py: skipped: needs numpy (this python: " + sys.executable + ")")
+    sys.exit(77)
 
 # The presets of src/config.cpp (checked against what pipetrain prints for each run).
 PRESETS = {

@@ -40,7 +40,11 @@ for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[var] = "1"   # local directories only, whatever the machine's settings
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:   # one line, like a missing torch or transformers
+    print("hf_interop.py: skipped: needs numpy (this python: " + sys.executable + ")")
+    sys.exit(77)
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(SCRIPTS)

@@ -167,7 +167,10 @@ def load_torch_bin(path):
             raise ConvertError(f"'{key}' holds {type(value).__name__}, expected a tensor")
         if value.dtype == torch.bfloat16:
             raise ConvertError(f"'{key}': bfloat16 is not supported")
-        if value.numel() > value.storage().size():  # e.g. expand(): 1 stored element seen 2^28 times
+        # torch >= 2 counts storage in bytes (untyped_storage); Tensor.storage() is deprecated there.
+        stored = (value.untyped_storage().nbytes() // value.element_size() if hasattr(value, "untyped_storage")
+                  else value.storage().size())
+        if value.numel() > stored:  # e.g. expand(): 1 stored element seen 2^28 times
             raise ConvertError(f"'{key}': a view with more elements ({value.numel()}) than its storage holds")
         out[key] = value.detach().numpy()  # strided is fine: tobytes() writes C order
     return out

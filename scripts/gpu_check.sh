@@ -2,36 +2,55 @@
 # scripts/gpu_check.sh — the one command to run on a GPU machine: configure (Release, sm_90),
 # build the CUDA tests, the CLI and the benchmark, run the GPU tests (kernels against the CPU,
 # training on the GPU against the CPU), run pipetrain-bench, train the tiny model 20 steps
-# through a 4-stage pipeline on the GPU (and on the CPU for the ratio), append everything with
-# the date and the GPU's name to docs/gpu-results.md (generated, never typed), and print the
-# table last.
+# through a 4-stage pipeline on the GPU (and on the CPU for the ratio), check interop with the
+# real transformers (scripts/hf_interop.py, CPU only, in the background while the tests run),
+# time training against PyTorch on the same GPU (scripts/gpu_vs_torch.py), append everything
+# with the date and the GPU's name to docs/gpu-results.md (generated, never typed), and print
+# the tables last.
 #   usage: scripts/gpu_check.sh [build-dir]        (default: build-gpu)
 # The GPU machine is offline and lacks Debian's doctest-dev / nlohmann-json3-dev: first run
 # `scripts/gpu_deps.sh` here, then on the device `bash scripts/gpu_check.sh` with
-# carry [".gpu-deps"] (CMake falls back to .gpu-deps/include).
+# carry [".gpu-deps"] (CMake falls back to .gpu-deps/include). Python: the first of $PT_PYTHON,
+# python3, /usr/bin/python3 that imports torch (the device's PyTorch and transformers).
 #
 # Device time is short (15 minutes a session, the machine's start included), so the whole
-# script runs against one deadline (PT_GPU_DEADLINE seconds, default 420): every step gets what
-# is left, a failed or slow step is reported and the next one still runs, and the table is
-# written whatever happened. Where $OUT is set (the device tool), the results file and the logs
-# are copied there as they are made, so they come back even if the call is cut short.
+# script runs against one deadline (PT_GPU_DEADLINE seconds, default 480): every step gets what
+# is left, capped, a failed or slow step is reported and the next one still runs, and the
+# tables are written whatever happened. Where $OUT is set (the device tool), the results file
+# and the logs are copied there as they are made, so they come back even if the call is cut short.
+# The budget of one session (900 s):
+#   machine start                      ~120-180 s (outside this script)
+#   this script, PT_GPU_DEADLINE        480 s: configure <= 60, build <= 200 (-j16), CUDA tests
+#                                       <= 120 (hf_interop.py <= 150 beside them), pipetrain-bench
+#                                       <= 90 (+ SDPA <= 60), 3 training runs <= 60 each,
+#                                       gpu_vs_torch.py what is left, at most PT_TORCH_BUDGET (150)
+#   the device call's timeout_s         540 (the deadline + copying back)
+#   left for one targeted rerun        ~180 s, e.g. PT_GPU_STEPS=torch PT_GPU_DEADLINE=150
+# PT_GPU_STEPS (default "build tests bench train hf torch") picks the steps; without "build" an
+# existing build is used as it is (a rerun on the warm machine, which keeps ignored build dirs).
+# PT_TORCH_ARGS adds flags to gpu_vs_torch.py (e.g. "--only eager" or "--shapes small"), PT_HF_ARGS
+# to hf_interop.py ("--selftest" tests the plumbing where transformers is missing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 RESULTS=docs/gpu-results.md
-DEADLINE=${PT_GPU_DEADLINE:-420}
+DEADLINE=${PT_GPU_DEADLINE:-480}
+STEPS=" ${PT_GPU_STEPS:-build tests bench train hf torch} "
 OUT=${OUT:-}
 mkdir -p "$BUILD" docs
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 die() { echo "gpu_check: $*" >&2; exit 1; }
 left() { echo $((DEADLINE - SECONDS)); }
 # step NAME MAX CMD...: runs CMD with the smaller of MAX and the time left; logs to $BUILD/NAME.log
+# (stdout to $STEP_OUT instead when that is set: a markdown table to keep apart from the log)
 step() {
     local name=$1 max=$2; shift 2
     local t; t=$(left); [ "$t" -gt "$max" ] && t=$max
     if [ "$t" -le 5 ]; then echo "gpu_check: no time left for $name" | tee "$BUILD/$name.log"; return 124; fi
     local t0=$SECONDS
-    timeout "$t" "$@" >"$BUILD/$name.log" 2>&1
+    if [ -n "${STEP_OUT:-}" ]; then timeout "$t" "$@" >"$STEP_OUT" 2>"$BUILD/$name.log"
+    else timeout "$t" "$@" >"$BUILD/$name.log" 2>&1; fi
     local rc=$?
     echo "-- $name: exit $rc in $((SECONDS - t0)) s (limit $t s)" >&2
     [ -n "$OUT" ] && cp "$BUILD/$name.log" "$OUT/" 2>/dev/null
@@ -43,44 +62,85 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 [ -n "$GPU" ] || die "nvidia-smi lists no GPU"
 echo "== GPU: $GPU; nvcc $(nvcc --version 2>/dev/null | sed -nE 's/.*release ([0-9.]+).*/\1/p'); $(cmake --version | head -n 1)"
 
+PY=""
+for p in ${PT_PYTHON:-} python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null && "$p" -c 'import torch' 2>/dev/null; then PY=$p; break; fi
+done
+[ -n "$PY" ] || PY=python3
+echo "== python: $PY ($("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'no torch');" \
+    "$("$PY" -c 'import transformers; print("transformers", transformers.__version__)' 2>/dev/null || echo 'no transformers'))"
+
 # NCCL and cuBLAS may live only in the Python wheels of the machine's PyTorch: point CMake there.
-NV=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+NV=$("$PY" -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
 # -k below keeps building the other targets when one fails; make and ninja spell it differently.
 if command -v make >/dev/null; then GEN="Unix Makefiles"; KEEP_GOING=(-k); else GEN=Ninja; KEEP_GOING=(-k 0); fi
-step configure 120 cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    ${NV:+-DPIPETRAIN_NVIDIA_WHEELS=$NV} || { tail -n 30 "$BUILD/configure.log"; die "cmake configure failed"; }
-grep -E '^-- pipetrain:' "$BUILD/configure.log"
+BUILT=(test_cuda_kernels test_cuda_train test_device pipetrain pipetrain-bench tutorial_12_gpu_pipeline)
+if want build || [ ! -x "$BUILD/pipetrain" ]; then
+    step configure 60 cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        ${NV:+-DPIPETRAIN_NVIDIA_WHEELS=$NV} || { tail -n 30 "$BUILD/configure.log"; die "cmake configure failed"; }
+    grep -E '^-- pipetrain:' "$BUILD/configure.log"
+    echo "== build"
+    step build 200 cmake --build "$BUILD" -j16 --target "${BUILT[@]}" -- "${KEEP_GOING[@]}" \
+        || grep -E "error" -A3 "$BUILD/build.log" | head -n 40
+    BUILD_LINE="build: $(grep -cE 'error:|Error [0-9]' "$BUILD/build.log") error lines"
+else
+    BUILD_LINE="build: the existing $BUILD (PT_GPU_STEPS without build)"
+fi
 
-echo "== build"
-step build 240 cmake --build "$BUILD" -j16 --target test_cuda_kernels test_cuda_train test_device pipetrain \
-    pipetrain-bench tutorial_12_gpu_pipeline -- "${KEEP_GOING[@]}" || grep -E "error" -A3 "$BUILD/build.log" | head -n 40
-BUILD_LINE="build: $(grep -cE 'error:|Error [0-9]' "$BUILD/build.log") error lines"
+# Interop with transformers needs no GPU: it runs on the CPU beside the CUDA tests, and is
+# waited for before anything is timed.
+HF_PID=""
+: >"$BUILD/hf.md"
+: >"$BUILD/torch.md"
+if want hf; then
+    echo "== interop with transformers (scripts/hf_interop.py, in the background)"
+    STEP_OUT="$BUILD/hf.md" step hf 150 "$PY" scripts/hf_interop.py --pipetrain "$BUILD/pipetrain" --work "$BUILD/hf-work" ${PT_HF_ARGS:-} &
+    HF_PID=$!
+fi
 
 echo "== tests"
-step tests 150 ctest --test-dir "$BUILD" -R 'cuda|device' --output-on-failure
+TESTS=0; TEST_LINE="CUDA tests: not run (PT_GPU_STEPS)"
+if want tests; then
+step tests 120 ctest --test-dir "$BUILD" -R 'cuda|device' --output-on-failure
 TESTS=$?
 grep -E 'tests passed|Passed|Failed|Skipped|Not Run|\*\*\*' "$BUILD/tests.log" | tail -n 12
 if grep -q 'Skipped' "$BUILD/tests.log"; then TEST_LINE="CUDA tests: SKIPPED, no GPU visible to them (ctest exit $TESTS)"; TESTS=1
 elif [ $TESTS -eq 0 ]; then TEST_LINE="CUDA tests: passed"
 else TEST_LINE="CUDA tests: FAILED (ctest exit $TESTS: $(grep -E '^\s+[0-9]+ - ' "$BUILD/tests.log" | sed -E 's/^ +[0-9]+ - //' | tr '\n' ' '))"; fi
+fi
 
 echo "== benchmark"
 TABLE=""
-if step bench 150 "$BUILD/pipetrain-bench"; then
+if ! want bench; then
+    TABLE="pipetrain-bench: not run (PT_GPU_STEPS)"
+elif step bench 90 "$BUILD/pipetrain-bench"; then
     TABLE=$(grep '^|' "$BUILD/bench.log" || echo "pipetrain-bench printed no table: $(tail -n 1 "$BUILD/bench.log")")
     # PyTorch's SDPA on the same shapes, when the machine has torch with CUDA (a reference only).
-    SDPA=$(timeout 60 python3 scripts/sdpa_bench.py "$BUILD/bench.log" 2>"$BUILD/sdpa.log") || SDPA=""
+    SDPA=$(timeout 60 "$PY" scripts/sdpa_bench.py "$BUILD/bench.log" 2>"$BUILD/sdpa.log") || SDPA=""
     [ -n "$SDPA" ] && TABLE="$TABLE
 $SDPA"
 else
     TABLE="pipetrain-bench failed or ran out of time (log: bench.log): $(tail -n 2 "$BUILD/bench.log" | tr '\n' ' ')"
 fi
 
+# Everything after this point is timed on the CPU too: the interop check must be done.
+HF_LINE="HF interop: not run (PT_GPU_STEPS)"; HF_FAIL=0
+if [ -n "$HF_PID" ]; then
+    wait "$HF_PID"; HF_RC=$?
+    case $HF_RC in
+        0) HF_LINE="HF interop: $(grep -oE '[0-9]+ of [0-9]+ checks passed' "$BUILD/hf.md" | head -n 1)" ;;
+        77) HF_LINE="HF interop: SKIPPED ($(head -n 1 "$BUILD/hf.md"))"; : >"$BUILD/hf.md" ;;
+        *) HF_FAIL=1; HF_LINE="HF interop: FAILED (exit $HF_RC; $(grep -oE '[0-9]+ of [0-9]+ checks passed' "$BUILD/hf.md" | head -n 1 || true))" ;;
+    esac
+    [ -n "$OUT" ] && cp "$BUILD/hf.md" "$BUILD/hf-work/pipetrain.log" "$OUT/" 2>/dev/null
+fi
+
 echo "== training: tiny model, 4-stage 1F1B, 20 steps, GPU then CPU"
+if want train; then
 # prints "tok/s final-loss" of a run (tok/s of the last step line), or "FAILED"
 train() {   # $1 = name, rest = flags
     local name=$1; shift
-    step "train-$name" 90 "$BUILD/pipetrain" train --preset tiny --data tests/fixtures/text/sample_zh.txt \
+    step "train-$name" 60 "$BUILD/pipetrain" train --preset tiny --data tests/fixtures/text/sample_zh.txt \
         --out "$BUILD/train-$name" --stages 4 --micro-batches 8 --batch 32 --seq 64 --steps 20 --seed 1 "$@" \
         >/dev/null || { echo "FAILED FAILED"; return; }
     local toks loss
@@ -99,17 +159,44 @@ TABLE="$TABLE
 | train tiny 4-stage 1F1B fp32, GPU vs CPU (tok/s) | $GPU_TOKS | $CPU_TOKS | $(ratio "$GPU_TOKS" "$CPU_TOKS") |
 | train tiny 4-stage 1F1B bf16, GPU vs CPU fp32 (tok/s) | $BF16_TOKS | $CPU_TOKS | $(ratio "$BF16_TOKS" "$CPU_TOKS") |
 | final loss after 20 steps: GPU fp32 (bf16) vs CPU | $GPU_LOSS ($BF16_LOSS) | $CPU_LOSS | $(ratio "$GPU_LOSS" "$CPU_LOSS") |"
+fi
+
+echo "== training speed against PyTorch (scripts/gpu_vs_torch.py)"
+TORCH_LINE="PyTorch comparison: not run (PT_GPU_STEPS)"; TORCH_FAIL=0
+if want torch; then
+    BUDGET=$(( $(left) - 20 )); [ "$BUDGET" -gt "${PT_TORCH_BUDGET:-150}" ] && BUDGET=${PT_TORCH_BUDGET:-150}
+    if [ "$BUDGET" -lt 30 ]; then
+        TORCH_LINE="PyTorch comparison: no time left ($(left) s)"
+    else
+        STEP_OUT="$BUILD/torch.md" step torch $((BUDGET + 15)) "$PY" scripts/gpu_vs_torch.py --pipetrain "$BUILD/pipetrain" \
+            --budget "$BUDGET" --out "$BUILD/torch-work" ${PT_TORCH_ARGS:-}
+        TORCH_RC=$?
+        case $TORCH_RC in
+            0) TORCH_LINE="PyTorch comparison: $(grep -c '^| .* | [0-9]\+ | ' "$BUILD/torch.md") runs timed, $(grep -c 'skipped' "$BUILD/torch.md") skipped" ;;
+            77) TORCH_LINE="PyTorch comparison: SKIPPED ($(head -n 1 "$BUILD/torch.md"))"; : >"$BUILD/torch.md" ;;
+            *) TORCH_FAIL=1; TORCH_LINE="PyTorch comparison: FAILED or cut short (exit $TORCH_RC, log torch.log)" ;;
+        esac
+        [ -n "$OUT" ] && cp "$BUILD/torch.md" "$OUT/" 2>/dev/null
+    fi
+fi
+for md in torch hf; do   # each emptied before its step (below and above), so never an old run's
+    [ -s "$BUILD/$md.md" ] && TABLE="$TABLE
+
+$(cat "$BUILD/$md.md")"
+done
 
 GOALS="performance goals: $(grep -c ' met |' <<<"$TABLE") met, $(grep -c 'MISSED' <<<"$TABLE") missed$(grep 'MISSED' <<<"$TABLE" | cut -d'|' -f2 | sed 's/^ *//; s/ *$//' | tr '\n' ',' | sed 's/^/ (/; s/,$/)/; s/^ ($//')"
 [ -f "$RESULTS" ] || printf '# GPU results\n\nGenerated by scripts/gpu_check.sh; each run appends a section. ratio = reference time / kernel time (GEMM: fraction of cuBLAS, memory-bound kernels: fraction of device-to-device copy bandwidth, flash attention: speed-up over v1).\n' >"$RESULTS"
 {
-    printf '\n## %s — %s (commit %s)\n\n%s; %s; %s; whole check %d s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$GPU" \
-        "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$TEST_LINE" "$BUILD_LINE" "$GOALS" "$SECONDS"
+    printf '\n## %s — %s (commit %s)\n\n%s; %s; %s; %s; %s; whole check %d s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$GPU" \
+        "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$TEST_LINE" "$BUILD_LINE" "$HF_LINE" "$TORCH_LINE" \
+        "$GOALS" "$SECONDS"
     echo "$TABLE"
 } >>"$RESULTS"
 [ -n "$OUT" ] && cp "$RESULTS" "$OUT/"
 
 echo
-echo "== $TEST_LINE; $BUILD_LINE; $GOALS; $SECONDS s; appended to $RESULTS"
+echo "== $TEST_LINE; $BUILD_LINE; $HF_LINE; $TORCH_LINE; $GOALS; $SECONDS s; appended to $RESULTS"
 echo "$TABLE"
-exit $TESTS
+[ "$TESTS" -ne 0 ] && exit "$TESTS"
+exit $((HF_FAIL | TORCH_FAIL))

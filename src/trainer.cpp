@@ -977,6 +977,17 @@ int eval_main(const std::vector<std::string>& argv) {
         std::vector<float> act, next;
         st::Writer w;
         int C = s.cfg.hidden_size;
+        // The batch itself (I64, the --inputs names), so that another implementation can run the
+        // same rows: with --data, the masking, the tokenizer and the padding made them.
+        auto add_ids = [&](const char* name, const std::vector<int32_t>& v) {
+            std::vector<int64_t> ids(v.begin(), v.end());
+            if (ids.empty()) ids.assign(size_t(b.B) * b.T, 0);   // no task ids given: task 0
+            w.add_i64(name, {b.B, b.T}, ids.data());
+        };
+        add_ids("input_ids", b.input_ids);
+        add_ids("token_type_ids", b.token_type_ids);
+        add_ids("attention_mask", b.attention_mask);
+        if (s.cfg.use_task_id) add_ids("task_type_ids", b.task_type_ids);
         for (Layer* l : layers) {
             next.assign(l->out_numel(mb.B, mb.T), 0.0f);
             auto st = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);

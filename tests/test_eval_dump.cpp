@@ -1,5 +1,6 @@
 // `pipetrain eval --dump-logits` on the ERNIE fixtures writes the tensors of the independent
-// reference's expected.safetensors, under the same names, within 1e-4 relative at real tokens.
+// reference's expected.safetensors, under the same names, within 1e-4 relative at real tokens,
+// and the batch they are for (the --inputs names).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -44,6 +45,13 @@ TEST_CASE("eval --dump-logits matches the reference outputs for every fixture mo
             CAPTURE(c.model + "/" + c.variant + " " + objective);
             REQUIRE_MESSAGE(r.code == 0, r.out);
             pt::st::File got = pt::st::read(file);
+            // The batch the outputs are for comes with them (task ids only where the model has a table).
+            for (const char* n : {"input_ids", "token_type_ids", "attention_mask", "task_type_ids"}) {
+                CAPTURE(n);
+                bool want_it = std::string(n) != "task_type_ids" || c.model == "nano-like";
+                REQUIRE(bool(got.find(n)) == want_it);
+                if (want_it) CHECK(got.to_i64(n) == inputs.to_i64(n));
+            }
             std::vector<std::string> names;
             if (std::string(objective) == "mlm") {
                 names = {"last_hidden_state", "mlm_logits", "mlm_loss", "pooled_output"};

@@ -439,6 +439,7 @@ void save_checkpoint(World& w, int step) {
     auto t0 = Clock::now();
     std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = stage_dir(dir);
     write_model_files(tmp, w.setup->cfg, w.setup->vocab, replica_layers(w), w.save_format);
+    pp::beat();   // a save of a large model is progress for the watchdog, file by file
     st::Writer opt;
     for (int p = 0; p < w.P; p++) {   // replica 0: every replica holds the same moments
         std::vector<Layer*> layers = w.stages[p]->layers();
@@ -450,11 +451,13 @@ void save_checkpoint(World& w, int step) {
             }
     }
     opt.write(tmp + "/optimizer.safetensors");
+    pp::beat();
     nlohmann::json state = w.state;
     state["step"] = step;
     write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
     double hashing = 0;
     uint64_t bytes = seal_dir(tmp, &hashing);
+    pp::beat();
     commit_dir(tmp, dir);
     std::vector<std::pair<int, std::string>> all;
     for (const auto& e : std::filesystem::directory_iterator(w.out)) {

@@ -192,7 +192,7 @@ void trash(const std::string& path) {
 }
 
 void commit_dir(const std::string& staging, const std::string& target) {
-    seal_dir(staging);
+    if (!exists(staging + "/" + kManifest)) seal_dir(staging);   // the caller may have sealed it (and timed that)
     fsync_dir(staging);
     const std::string parent = parent_of(target);
     if (exists(target)) {

@@ -41,12 +41,14 @@ void verify_dir(const std::string& dir);
 
 // A fresh, empty OUT/.tmp-NAME for target OUT/NAME (a leftover one is removed first).
 std::string stage_dir(const std::string& target);
-// Seals staging and makes it target in one atomic step; an existing target goes to the trash.
+// Seals staging (unless it is sealed already) and makes it target in one atomic step; an existing
+// target goes to the trash.
 void commit_dir(const std::string& staging, const std::string& target);
 // Renames path to a .trash-* name beside it (one atomic step), then deletes it.
 void trash(const std::string& path);
 
-// The final model: a fresh dir/.saving to write into, and its commit into dir (seals it first).
+// The final model: a fresh dir/.saving to write into, and its commit into dir (sealing it first
+// unless it is sealed: then this finishes an interrupted commit).
 std::string stage_files(const std::string& dir);
 void commit_files(const std::string& dir);
 

@@ -35,6 +35,7 @@
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/tokenizer.hpp"
+#include "src/trainer_state.hpp"
 #include "src/watchdog.hpp"
 
 namespace pt {
@@ -478,35 +479,12 @@ void save_checkpoint(World& w, int step) {
 // --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
-// DIR/trainer_state.json, read once: its settings default the flags (resume_defaults), then
-// must match the run (load_resume_state). It holds these keys and no others: any other one
-// (a "trace" would become the default of --trace) is an error naming it.
-const char* const kStateKeys[] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps", "clip",
-                                  "weight-decay", "dropout", "micro-batches", "save-format"};
-
+// DIR/trainer_state.json, read once (src/trainer_state.hpp): its settings default the flags
+// (resume_defaults), then must match the run (load_resume_state).
 nlohmann::json read_trainer_state(const std::string& dir) {
     verify_dir(dir);   // a sealed checkpoint is checked whole before any of it is believed
     std::string path = dir + "/trainer_state.json";
-    nlohmann::json saved = parse_json(read_file(path), path);
-    if (!saved.is_object() || !saved.contains("step"))
-        throw std::runtime_error(path + ": not a trainer state (expected a JSON object with \"step\")");
-    std::string known;
-    for (const char* k : kStateKeys) known += std::string(known.empty() ? "" : ", ") + k;
-    for (const auto& [key, value] : saved.items()) {
-        if (std::find_if(std::begin(kStateKeys), std::end(kStateKeys), [&](const char* k) { return key == k; }) ==
-            std::end(kStateKeys))
-            throw std::runtime_error(path + ": unknown key \"" + key + "\" (a trainer state holds only " + known + ")");
-        bool text = key == "objective" || key == "save-format";
-        if (text ? !value.is_string() : !value.is_number())
-            throw std::runtime_error(path + ": \"" + key + "\" must be a " + (text ? "string" : "number"));
-    }
-    const nlohmann::json& step = saved["step"];
-    if (!step.is_number_integer())
-        throw std::runtime_error(path + ": \"step\" must be an integer, got " + step.dump());
-    if (!step.is_number_unsigned() && step.get<int64_t>() < 0) throw std::runtime_error(path + ": \"step\" is negative");
-    if (step.get<uint64_t>() > uint64_t(1) << 30)
-        throw std::runtime_error(path + ": \"step\" " + step.dump() + " is out of range (at most 2^30 steps)");
-    return saved;
+    return parse_trainer_state(read_file(path), path);
 }
 
 void load_resume_state(World& w, const std::string& dir, const nlohmann::json& saved) {

@@ -1,0 +1,38 @@
+#include "src/trainer_state.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
+#include "src/json.hpp"
+
+namespace pt {
+
+const char* const kTrainerStateKeys[13] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps",
+                                           "clip", "weight-decay", "dropout", "micro-batches", "save-format"};
+
+nlohmann::json parse_trainer_state(const std::string& text, const std::string& path) {
+    nlohmann::json saved = parse_json(text, path);
+    if (!saved.is_object() || !saved.contains("step"))
+        throw std::runtime_error(path + ": not a trainer state (expected a JSON object with \"step\")");
+    std::string known;
+    for (const char* k : kTrainerStateKeys) known += std::string(known.empty() ? "" : ", ") + k;
+    for (const auto& [key, value] : saved.items()) {
+        auto is_key = [&](const char* k) { return key == k; };
+        if (std::none_of(std::begin(kTrainerStateKeys), std::end(kTrainerStateKeys), is_key))
+            throw std::runtime_error(path + ": unknown key \"" + key + "\" (a trainer state holds only " + known + ")");
+        bool text_value = key == "objective" || key == "save-format";
+        if (text_value ? !value.is_string() : !value.is_number())
+            throw std::runtime_error(path + ": \"" + key + "\" must be a " + (text_value ? "string" : "number"));
+    }
+    const nlohmann::json& step = saved["step"];
+    if (!step.is_number_integer())
+        throw std::runtime_error(path + ": \"step\" must be an integer, got " + step.dump());
+    // 2^63 and above is an unsigned JSON integer, which get<int64_t> would read as negative.
+    if (!step.is_number_unsigned() && step.get<int64_t>() < 0) throw std::runtime_error(path + ": \"step\" is negative");
+    if (step.get<uint64_t>() > uint64_t(1) << 30)
+        throw std::runtime_error(path + ": \"step\" " + step.dump() + " is out of range (at most 2^30 steps)");
+    return saved;
+}
+
+}  // namespace pt

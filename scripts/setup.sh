@@ -18,3 +18,20 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+# Optional: clang and its libFuzzer runtime, for scripts/fuzz.sh (the ctest entry fuzz_smoke).
+# Installed when apt can; without them fuzzing is skipped, never an error.
+optional=(clang libclang-rt-14-dev)
+missing=()
+for p in "${optional[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null &&
+     (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq &&
+      apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1; then
+    echo "setup: installed ${missing[*]} (optional, for scripts/fuzz.sh)"
+  else
+    echo "setup: optional ${missing[*]} not installed here; without them scripts/fuzz.sh skips" \
+         "(sudo apt-get install -y ${missing[*]})"
+  fi
+fi

@@ -1,5 +1,7 @@
 #include "src/config.hpp"
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -98,7 +100,12 @@ ModelConfig ModelConfig::from_json_string(const std::string& text, const std::st
     auto get_float = [&](const char* key, float& out) {
         if (!j.contains(key)) return;
         if (!j[key].is_number()) throw std::runtime_error(source + ": \"" + key + "\" must be a number");
-        out = j[key].get<float>();
+        // Beyond FLT_MAX the conversion is undefined (in practice inf, which check() would pass and
+        // to_json_string() would save as null).
+        const double v = j[key].get<double>();
+        if (!(std::fabs(v) <= FLT_MAX))
+            throw std::runtime_error(source + ": \"" + key + "\" " + j[key].dump() + " is out of range for float32");
+        out = float(v);
     };
     get_int("vocab_size", c.vocab_size, true);
     get_int("hidden_size", c.hidden_size, true);

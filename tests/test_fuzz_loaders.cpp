@@ -95,3 +95,29 @@ TEST_CASE("classification TSV mutations") {
         load_tsv(write_temp("train.tsv", text), tok, 32, 2);
     });
 }
+
+// ---- findings of the libFuzzer targets (tests/fuzz/, scripts/fuzz.sh), each with its reproducer ----
+
+TEST_CASE("fuzz finding: config.json floats beyond float32 range are refused") {
+    // fuzz_config: "layer_norm_eps": 3.5e38 became inf in the float, passed check(), and a saved
+    // checkpoint then held "layer_norm_eps": null, which does not load. (The conversion itself is
+    // undefined behaviour above FLT_MAX.)
+    const std::string original = read_file(test::fixture("ernie/nano-like/config.json"));
+    auto with = [&](const std::string& from, const std::string& to) {
+        std::string text = original;
+        REQUIRE(text.find(from) != std::string::npos);
+        return text.replace(text.find(from), from.size(), to);
+    };
+    for (const char* eps : {"3.5e38", "1e300", "-3.5e38"}) {
+        std::string text = with("\"layer_norm_eps\": 1e-12", std::string("\"layer_norm_eps\": ") + eps);
+        CHECK_THROWS_WITH_AS(ModelConfig::from_json_string(text, "config.json"),
+                             doctest::Contains("config.json: \"layer_norm_eps\""), std::runtime_error);
+    }
+    CHECK_THROWS_WITH_AS(ModelConfig::from_json_string(with("\"hidden_dropout_prob\": 0.1", "\"hidden_dropout_prob\": 1e39"),
+                                                       "config.json"),
+                         doctest::Contains("out of range"), std::runtime_error);
+    // The largest float is a value, and what is saved reads back the same.
+    ModelConfig c = ModelConfig::from_json_string(with("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 3.4e38"), "config.json");
+    CHECK(c.layer_norm_eps == 3.4e38f);
+    CHECK(ModelConfig::from_json_string(c.to_json_string(), "saved").to_json_string() == c.to_json_string());
+}

@@ -11,6 +11,7 @@
 #include "src/config.hpp"
 #include "src/data.hpp"
 #include "src/io.hpp"
+#include "src/safetensors.hpp"
 #include "src/tokenizer.hpp"
 #include "tests/cli_util.hpp"
 
@@ -120,4 +121,17 @@ TEST_CASE("fuzz finding: config.json floats beyond float32 range are refused") {
     ModelConfig c = ModelConfig::from_json_string(with("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 3.4e38"), "config.json");
     CHECK(c.layer_norm_eps == 3.4e38f);
     CHECK(ModelConfig::from_json_string(c.to_json_string(), "saved").to_json_string() == c.to_json_string());
+}
+
+TEST_CASE("fuzz finding: --inputs with a dimension beyond 32 bits is refused") {
+    // fuzz_inputs: input_ids and labels of shape [2^31, 0] (no bytes at all) gave a Batch with
+    // B = -2^31, which breaks "every array is B*T long"; the trainer then blamed the labels.
+    for (std::vector<int64_t> shape : {std::vector<int64_t>{int64_t(1) << 31, 0}, {0, int64_t(1) << 32}}) {
+        st::Writer w;
+        w.add_i64("input_ids", shape, nullptr);
+        w.add_i64("labels", shape, nullptr);
+        std::string path = write_temp("huge_dims.safetensors", "");
+        w.write(path);
+        CHECK_THROWS_WITH_AS(load_inputs(path, Objective::mlm), doctest::Contains("32 bits"), std::runtime_error);
+    }
 }

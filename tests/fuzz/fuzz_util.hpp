@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <typeinfo>
@@ -83,6 +84,21 @@ inline std::string as_file(const uint8_t* data, size_t size) {
         done += size_t(n);
     }
     return "/proc/self/fd/" + std::to_string(fd);
+}
+
+// A path in a directory of this process's own in /dev/shm (memory), removed at exit, for what a
+// target writes with a writer that needs a directory (it renames a temporary file into place).
+inline std::string scratch_path(const std::string& name) {
+    static char dir[] = "/dev/shm/pipetrain-fuzz-XXXXXX";
+    static const bool made = [] {
+        if (!mkdtemp(dir)) {
+            std::perror("fuzz: mkdtemp in /dev/shm");
+            std::abort();
+        }
+        return std::atexit([] { std::filesystem::remove_all(dir); }) == 0;
+    }();
+    (void)made;
+    return std::string(dir) + "/" + name;
 }
 
 inline std::string text(const uint8_t* data, size_t size) { return std::string(reinterpret_cast<const char*>(data), size); }

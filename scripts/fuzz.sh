@@ -12,6 +12,8 @@
 # dictionary) are the "// fuzz:" line at the top of its source.
 # Exit: 0 nothing found; 1 a finding (its reproducer is printed: run DIR/fuzz_NAME FILE to see
 # it again); 2 bad usage or a failed build; 77 no clang or no libFuzzer runtime (skipped).
+# Environment: FUZZ_CXX (default clang++), FUZZ_JOBS (build jobs, default nproc), FUZZ_NICE
+# (niceness of the fuzzers, default 10: they run beside the rest of the test suite).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --build-dir) B=${2:?--build-dir needs a directory}; shift 2 ;;
         --report) REPORT=${2:?--report needs a file}; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         [0-9]*) SECONDS_EACH=$1; shift ;;
         -*) echo "fuzz: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) TARGETS+=("${1#fuzz_}") NAMED+=" ${1#fuzz_}"; shift ;;

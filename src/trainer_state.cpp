@@ -17,7 +17,9 @@ nlohmann::json parse_trainer_state(const std::string& text, const std::string& p
         throw std::runtime_error(path + ": not a trainer state (expected a JSON object with \"step\")");
     std::string known;
     for (const char* k : kTrainerStateKeys) known += std::string(known.empty() ? "" : ", ") + k;
-    for (const auto& [key, value] : saved.items()) {
+    for (const auto& item : saved.items()) {   // (clang: a lambda may not capture a structured binding)
+        const std::string& key = item.key();
+        const nlohmann::json& value = item.value();
         auto is_key = [&](const char* k) { return key == k; };
         if (std::none_of(std::begin(kTrainerStateKeys), std::end(kTrainerStateKeys), is_key))
             throw std::runtime_error(path + ": unknown key \"" + key + "\" (a trainer state holds only " + known + ")");

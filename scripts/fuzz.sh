@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh — runs the libFuzzer targets of tests/fuzz/ (ASan + UBSan), each seeded from
 # tests/fixtures/:
-#   scripts/fuzz.sh [--build-dir DIR] [--report FILE] [seconds] [target...]
+#   scripts/fuzz.sh [--build-dir DIR] [--report FILE] [--budget TOTAL] [seconds] [target...]
 # seconds: per target (default 60). target: safetensors, config, ... (default: every
 # tests/fuzz/fuzz_*.cpp). The targets are built with clang in DIR (default build-fuzz); each run
 # starts from a fresh corpus DIR/corpus/NAME (the seeds copied there; tests/fixtures is only
 # read) and leaves what it finds in DIR/findings/NAME/. Per target it prints execs, exec/s,
 # corpus size and new findings, then a Markdown table of them all; --report FILE writes that
 # table to FILE with a line on what it is and the findings so far (from tests/fuzz/README.md).
+# --budget TOTAL: the whole run, build included, takes about TOTAL seconds; a slow build
+# shortens each target's run (to 5 s at least). ctest's fuzz_smoke uses it.
 # Each target's settings (max_len, seeds, dictionary) are the "// fuzz:" line atop its source.
 # Exit: 0 nothing found; 1 a finding (its reproducer is printed: run DIR/fuzz_NAME FILE to see
 # it again); 2 bad usage or a failed build; 77 no clang or no libFuzzer runtime (skipped).
@@ -17,11 +19,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-B=build-fuzz REPORT="" SECONDS_EACH=60 TARGETS=() NAMED=""
+B=build-fuzz REPORT="" SECONDS_EACH=60 BUDGET=0 TARGETS=() NAMED=""
 while [ $# -gt 0 ]; do
     case $1 in
         --build-dir) B=${2:?--build-dir needs a directory}; shift 2 ;;
         --report) REPORT=${2:?--report needs a file}; shift 2 ;;
+        --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         [0-9]*) SECONDS_EACH=$1; shift ;;
         -*) echo "fuzz: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -29,6 +32,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [[ $SECONDS_EACH =~ ^[0-9]+$ && $SECONDS_EACH -gt 0 ]] || { echo "fuzz: seconds must be a positive integer" >&2; exit 2; }
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "fuzz: --budget must be a number of seconds" >&2; exit 2; }
 if [ ${#TARGETS[@]} = 0 ]; then
     for src in tests/fuzz/fuzz_*.cpp; do n=${src##*/fuzz_}; TARGETS+=("${n%.cpp}"); done
 fi
@@ -50,6 +54,12 @@ cmake -S tests/fuzz -B "$B" -DCMAKE_CXX_COMPILER="$CXX" "${launcher[@]}" >/dev/n
 cmake --build "$B" -j"${FUZZ_JOBS:-$(nproc)}" --target "${TARGETS[@]/#/fuzz_}" >"$B/build.log" 2>&1 ||
     { tail -n 30 "$B/build.log"; echo "fuzz: build failed ($B/build.log)" >&2; exit 2; }
 B=$(cd "$B" && pwd)
+if [ "$BUDGET" -gt 0 ]; then   # what the build left of the budget, shared (~2 s each to start and stop)
+    per=$(( (BUDGET - SECONDS) / ${#TARGETS[@]} - 2 ))
+    per=$(( per < 5 ? 5 : per > SECONDS_EACH ? SECONDS_EACH : per ))
+    [ "$per" -lt "$SECONDS_EACH" ] && echo "fuzz: the build took $SECONDS s, so $per s per target (--budget $BUDGET)"
+    SECONDS_EACH=$per
+fi
 
 # The sanitizers' own settings, whatever the caller's environment holds (scripts/sanitize.sh
 # sends reports to files): reports on stderr, where the log below keeps them.

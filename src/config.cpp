@@ -40,6 +40,8 @@ void ModelConfig::check(const std::string& source) const {
     if (pad_token_id < 0 || pad_token_id >= vocab_size) bad("pad_token_id out of range");
     if (!(layer_norm_eps > 0)) bad("layer_norm_eps must be > 0");
     if (num_labels < 0 || num_labels == 1) bad("num_labels must be 0 (no classifier) or at least 2");
+    // As --labels: a saved config.json names every label twice (id2label, label2id).
+    if (num_labels > 1 << 20) bad("num_labels " + std::to_string(num_labels) + " is above 1048576");
     for (float p : {hidden_dropout_prob, attention_probs_dropout_prob})
         if (!(p >= 0 && p < 1)) bad("dropout probabilities must be in [0, 1)");
 }

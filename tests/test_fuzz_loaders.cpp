@@ -135,3 +135,17 @@ TEST_CASE("fuzz finding: --inputs with a dimension beyond 32 bits is refused") {
         CHECK_THROWS_WITH_AS(load_inputs(path, Objective::mlm), doctest::Contains("32 bits"), std::runtime_error);
     }
 }
+
+TEST_CASE("fuzz finding: config.json num_labels is at most 2^20, as --labels") {
+    // fuzz_config (a timeout): {"init_args": [{"num_labels": 218406, ...}]} was accepted, and saving it
+    // wrote id2label and label2id with 218406 entries each (12 MB). check() bounded num_labels only
+    // by num_labels × hidden_size < 2^31: 2^31 labels of hidden size 1 passed, and their config.json
+    // (~120 GB) could never be written.
+    const std::string shape = "\"vocab_size\": 16, \"hidden_size\": 1, \"num_hidden_layers\": 1, \"num_attention_heads\": 1, "
+                              "\"intermediate_size\": 4, \"max_position_embeddings\": 8, \"type_vocab_size\": 2, "
+                              "\"hidden_act\": \"relu\", \"use_task_id\": false";
+    CHECK(ModelConfig::from_json_string("{" + shape + ", \"num_labels\": 1048576}", "config.json").num_labels == 1 << 20);
+    for (const char* n : {"1048577", "2147483647"})
+        CHECK_THROWS_WITH_AS(ModelConfig::from_json_string("{" + shape + ", \"num_labels\": " + n + "}", "config.json"),
+                             doctest::Contains("num_labels"), std::runtime_error);
+}

@@ -11,6 +11,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pt::ModelConfig c;
     if (!fuzz::parse([&] { c = pt::ModelConfig::from_json_string(text, "config.json"); })) return 0;
     c.check("config.json");   // an exception from here on escapes: libFuzzer reports it
+    // A saved config names every label twice (id2label, label2id): past a few thousand the read-back
+    // takes seconds under ASan and proves nothing new; check() bounds num_labels.
+    if (c.num_labels > 4096) return 0;
     const std::string saved = c.to_json_string();
     fuzz::expect(pt::ModelConfig::from_json_string(saved, "saved config.json").to_json_string() == saved,
                  "a saved config reads back the same");

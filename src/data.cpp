@@ -216,9 +216,10 @@ Batch load_inputs(const std::string& path, Objective obj) {
     Batch b;
     const st::TensorInfo* ids = f.find("input_ids");
     if (!ids || ids->shape.size() != 2) fail(path, "needs an input_ids tensor of shape [B, T]");
-    if (ids->shape[0] > INT32_MAX || ids->shape[1] > INT32_MAX)   // [2^31, 0] holds no byte, yet B would wrap
+    // [2^31, 0] holds no byte, yet B would wrap; and a batch without a token is not one.
+    if (ids->shape[0] < 1 || ids->shape[1] < 1 || ids->shape[0] > INT32_MAX || ids->shape[1] > INT32_MAX)
         fail(path, "input_ids shape [" + std::to_string(ids->shape[0]) + ", " + std::to_string(ids->shape[1]) +
-                       "]: B and T must fit in 32 bits");
+                       "]: B and T must be at least 1 and fit in 32 bits");
     b.B = int(ids->shape[0]), b.T = int(ids->shape[1]);
     b.input_ids = get("input_ids");
     b.token_type_ids = get("token_type_ids");

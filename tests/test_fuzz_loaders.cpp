@@ -149,3 +149,16 @@ TEST_CASE("fuzz finding: config.json num_labels is at most 2^20, as --labels") {
         CHECK_THROWS_WITH_AS(ModelConfig::from_json_string("{" + shape + ", \"num_labels\": " + n + "}", "config.json"),
                              doctest::Contains("num_labels"), std::runtime_error);
 }
+
+TEST_CASE("fuzz finding: --inputs with an empty batch is refused") {
+    // fuzz_inputs (a slow unit): input_ids of shape [2144783648, 0] hold no byte and fit in 32 bits;
+    // --objective causal then set targets row by row, 2^31 empty rows (12 s under ASan), for a
+    // batch the trainer refuses anyway ("no target").
+    for (std::vector<int64_t> shape : {std::vector<int64_t>{2144783648, 0}, {0, 5}, {3, 0}}) {
+        st::Writer w;
+        w.add_i64("input_ids", shape, nullptr);
+        std::string path = write_temp("empty.safetensors", "");
+        w.write(path);
+        CHECK_THROWS_WITH_AS(load_inputs(path, Objective::causal), doctest::Contains("at least 1"), std::runtime_error);
+    }
+}

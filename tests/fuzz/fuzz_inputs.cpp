@@ -7,7 +7,7 @@
 
 namespace {
 void check_batch(const pt::Batch& b) {
-    fuzz::expect(b.B >= 0 && b.T >= 0, "B and T are not negative");
+    fuzz::expect(b.B >= 1 && b.T >= 1, "B and T are at least 1");
     const size_t n = size_t(b.B) * size_t(b.T);
     fuzz::expect(b.input_ids.size() == n && b.token_type_ids.size() == n && b.attention_mask.size() == n &&
                      b.targets.size() == n,

@@ -17,7 +17,8 @@ namespace pt {
 using nlohmann::json;
 
 void ModelConfig::check(const std::string& source) const {
-    auto bad = [&](const std::string& what) { throw std::runtime_error(source + ": " + what); };
+    // fail() keeps the message one line: hidden_act is quoted as the file holds it, "\n" included.
+    auto bad = [&](const std::string& what) { fail(source, what); };
     if (vocab_size <= 0 || hidden_size <= 0 || num_hidden_layers <= 0 || num_attention_heads <= 0 ||
         intermediate_size <= 0 || max_position_embeddings <= 0 || type_vocab_size <= 0)
         bad("sizes must be positive (vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "src/io.hpp"
 #include "src/json.hpp"
 
 namespace pt {
@@ -22,7 +23,7 @@ nlohmann::json parse_trainer_state(const std::string& text, const std::string& p
         const nlohmann::json& value = item.value();
         auto is_key = [&](const char* k) { return key == k; };
         if (std::none_of(std::begin(kTrainerStateKeys), std::end(kTrainerStateKeys), is_key))
-            throw std::runtime_error(path + ": unknown key \"" + key + "\" (a trainer state holds only " + known + ")");
+            fail(path, "unknown key \"" + key + "\" (a trainer state holds only " + known + ")");   // fail: one line, whatever the key holds
         bool text_value = key == "objective" || key == "save-format";
         if (text_value ? !value.is_string() : !value.is_number())
             throw std::runtime_error(path + ": \"" + key + "\" must be a " + (text_value ? "string" : "number"));

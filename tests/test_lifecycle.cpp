@@ -234,6 +234,8 @@ TEST_CASE("resume reads only what it knows: unknown keys, deep JSON, bad steps a
     CHECK(big.out.find("\"step\" 9223372036854775808 is out of range") != std::string::npos);
     Run neg = resume_with("{\"step\": -3}");
     CHECK(neg.out.find("\"step\" is negative") != std::string::npos);
+    Run newline = resume_with("{\"step\": 1, \"a\\nb\": 1}");   // a key with a newline: still one line
+    CHECK(newline.out.find("unknown key \"a b\"") != std::string::npos);
     Run type = resume_with("{\"step\": 2, \"seed\": \"3\"}");
     CHECK(type.out.find("\"seed\" must be a number") != std::string::npos);
 }

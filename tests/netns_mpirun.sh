@@ -59,7 +59,7 @@ per_host=$1
 shift 2
 
 # ---- can we? (exit 77 before touching anything) -----------------------------------------------
-[[ $(id -u) == 0 ]] || skip "network namespaces need root (uid $(id -u))"
+[[ $EUID == 0 ]] || skip "network namespaces need root (uid $EUID)"
 for tool in ip unshare timeout mpirun; do
   command -v "$tool" >/dev/null || skip "no '$tool' on PATH"
 done
@@ -72,7 +72,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/netns_mpirun.XXXXXX")
 made_etc_netns=0
 [[ -d /etc/netns ]] || made_etc_netns=1
 
-cleanup() {
+runner=
+cleanup() {   # shellcheck disable=SC2317  (called by the EXIT trap)
   local ns pid
   for ns in "$ns_a" "$ns_b"; do
     # What is still running in a namespace (an orted or rank left by a timeout) is ours.
@@ -80,10 +81,12 @@ cleanup() {
     ip netns del "$ns" 2>/dev/null   # deletes its end of the veth pair, and so the pair
     rm -rf "/etc/netns/$ns"
   done
+  # timeout(1), outside the namespaces: it ends with mpirun.
+  [[ -n $runner ]] && { kill -KILL "$runner"; wait "$runner"; }
   (( made_etc_netns )) && rmdir /etc/netns 2>/dev/null
   rm -rf "$tmp"
 }
-trap cleanup EXIT
+trap "cleanup 2>/dev/null" EXIT   # quietly: no "Killed" line for what it kills
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -128,7 +131,12 @@ timeout --kill-after=5 "${PT_NETNS_TIMEOUT:-120}" \
     --mca oob_tcp_if_include "$subnet.0/24" \
     --mca btl_tcp_if_include "$subnet.0/24" \
     --mca btl tcp,self --mca pml ob1 \
-    "${env_flags[@]}" "$@"
+    "${env_flags[@]}" "$@" &
+# In the background, because bash runs a trap only once the foreground command has ended: a
+# SIGTERM to this script must end the run now, not when mpirun does. (So stdin is /dev/null.)
+runner=$!
+wait "$runner"
 rc=$?
+runner=
 (( rc == 124 )) && echo "netns_mpirun: mpirun ran past ${PT_NETNS_TIMEOUT:-120} s and was killed" >&2
 exit $rc

@@ -73,7 +73,8 @@ made_etc_netns=0
 [[ -d /etc/netns ]] || made_etc_netns=1
 
 runner=
-cleanup() {   # shellcheck disable=SC2317  (called by the EXIT trap)
+# shellcheck disable=SC2317 # (cleanup is called by the EXIT trap)
+cleanup() {
   local ns pid
   for ns in "$ns_a" "$ns_b"; do
     # What is still running in a namespace (an orted or rank left by a timeout) is ours.

@@ -15,18 +15,23 @@
 #     they see no other interface, but a unique one keeps `ip addr` on the host unambiguous).
 #   * Host names: each process runs under `ip netns exec NS unshare --uts`, which gives it a UTS
 #     namespace of its own where `hostname pt-a` (or pt-b) changes nothing outside.
-#   * Name resolution: Open MPI resolves the -H names (it asks whether pt-b is this machine, and
-#     the daemons report their names back), so both namespaces need pt-a and pt-b in /etc/hosts.
-#     `ip netns exec NS` bind-mounts every file of /etc/netns/NS/ over /etc/ in a private mount
-#     namespace (iproute2's documented convention), so /etc/netns/NS/hosts is that namespace's
-#     /etc/hosts and the real one is never edited. Cleanup removes /etc/netns/NS.
+#   * Name resolution: mpirun resolves the -H names (strace shows it reading /etc/hosts for
+#     them). Without entries it asks DNS: here that fails at once (ENETUNREACH, a namespace has
+#     no route to the nameserver) and the run still works, since a name that does not resolve is
+#     taken as remote and handed to the agent, and the ranks exchange IP addresses, not names.
+#     But with a reachable nameserver each lookup would wait for it, so both namespaces get
+#     pt-a and pt-b in /etc/hosts, as a cluster would have them. `ip netns exec NS` bind-mounts
+#     every file of /etc/netns/NS/ over /etc/ in a private mount namespace (iproute2's
+#     convention): /etc/netns/NS/hosts is that namespace's /etc/hosts and the real one is never
+#     edited. Cleanup removes /etc/netns/NS.
 #   * The rsh agent: mpirun starts its daemon (orted) on a remote host by running
 #     `AGENT HOST ORTED-COMMAND-WORDS...`, as it would run `ssh HOST ...`. The generated agent
 #     maps HOST to its namespace and runs the words there through `sh -c`, joined by spaces as
 #     ssh joins them (Open MPI quotes the words that need it). The agent is a local child of
 #     mpirun, so the remote orted inherits mpirun's whole environment and working directory;
 #     `-x` still names PATH, LD_LIBRARY_PATH and every PT_* variable, as a real two-machine run
-#     would need.
+#     would need: those that are set (mpirun warns `could not find environment variable "X"`
+#     for an unset one).
 #   * mpirun itself runs inside namespace A, with host name pt-a, so that -H pt-a:N is "here".
 #
 # The MCA flags
@@ -36,8 +41,10 @@
 #   btl tcp,self           no shared memory (vader) even between the two ranks of one host: every
 #                          message between ranks is a TCP message, and those between pt-a and
 #                          pt-b cross the veth pair.
-#   pml ob1                the BTLs above carry the messages; Debian's Open MPI also has UCX
-#                          (pml ucx), which would choose its own transports, shared memory included.
+#   pml ob1                the BTLs above carry the messages. Debian's Open MPI picks ob1 anyway
+#                          (/etc/openmpi/openmpi-mca-params.conf says pml = ^ucx), but a build
+#                          that prefers pml ucx or cm ignores the btl flags and chooses its own
+#                          transports, shared memory included.
 #   --oversubscribe        2 cores here, up to 8 ranks.
 #   OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1   the test runs as root (namespaces need it).
 #

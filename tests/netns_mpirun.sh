@@ -105,9 +105,9 @@ err=$(unshare --uts true 2>&1) || skip "cannot create a UTS namespace: ${err//$'
 die() { echo "netns_mpirun: $*" >&2; exit 1; }
 ip netns add "$ns_b" || die "ip netns add $ns_b failed"
 ip link add pt0 netns "$ns_a" type veth peer name pt0 netns "$ns_b" || die "cannot create the veth pair"
-ip -n "$ns_a" addr add "$subnet.1/24" dev pt0 && ip -n "$ns_b" addr add "$subnet.2/24" dev pt0 || die "ip addr add failed"
+{ ip -n "$ns_a" addr add "$subnet.1/24" dev pt0 && ip -n "$ns_b" addr add "$subnet.2/24" dev pt0; } || die "ip addr add failed"
 for ns in "$ns_a" "$ns_b"; do
-  ip -n "$ns" link set lo up && ip -n "$ns" link set pt0 up || die "cannot bring up the links of $ns"
+  { ip -n "$ns" link set lo up && ip -n "$ns" link set pt0 up; } || die "cannot bring up the links of $ns"
   mkdir -p "/etc/netns/$ns" || die "cannot create /etc/netns/$ns"
   printf '127.0.0.1 localhost\n%s.1 pt-a\n%s.2 pt-b\n' "$subnet" "$subnet" >"/etc/netns/$ns/hosts"
 done

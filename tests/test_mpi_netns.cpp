@@ -12,7 +12,8 @@
 // root, no CAP_SYS_ADMIN, no `ip` or `mpirun`) the whole file is skipped with its reason; else
 // the first case checks that both host names appear twice. A build without MPI (no
 // PIPETRAIN_MPI) has no --comm mpi: the harness case still runs, then the file reports
-// "skipped" for the comparison. About 2 s with MPI; the harness bounds each mpirun to 60 s.
+// "skipped" for the comparison. A few seconds: each mpirun through the harness starts in about
+// 1 s on 2 cores, and the harness kills any that runs past 60 s (PT_NETNS_TIMEOUT).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 

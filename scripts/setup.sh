@@ -2,7 +2,8 @@
 # Installs what pipetrain needs on Debian/Ubuntu when it is missing (root + apt), or prints
 # the exact apt-get line and fails. Sourced by test.sh and run.sh; also runnable alone.
 set -euo pipefail
-need=(cmake g++ make doctest-dev nlohmann-json3-dev fortunes-zh python3 python3-numpy)
+# libopenmpi-dev + openmpi-bin: ranks as processes (src/mpi_comm.cpp, scripts/mpirun.sh, test_mpi_comm).
+need=(cmake g++ make doctest-dev nlohmann-json3-dev fortunes-zh python3 python3-numpy libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

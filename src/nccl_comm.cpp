@@ -9,6 +9,33 @@
 // The CUDA runtime stays linked: libcudart.so.13 is under 1 MB (every cuda* symbol binds to it;
 // the cudart_static that CMake adds after it contributes nothing), and it opens the driver,
 // libcuda.so.1, only at the first CUDA call, so `pipetrain --help` maps neither NCCL nor the driver.
+//
+// Processes (MPI): rank 0's ncclGetUniqueId reaches the others by MpiWorld::broadcast, then every
+// rank calls ncclCommInitRank; its GPU is its local rank on the node (NcclWorld::device_for).
+//
+// Two processes on ONE GPU — what NCCL would need (found while writing this; not tried here, the
+// build machine has no GPU):
+//   * NCCL refuses it. Since NCCL 2.5, communicator init compares every peer's (host hash, PCI
+//     bus id) and fails with ncclInvalidUsage, "Duplicate GPU detected : rank 1 and rank 0 both
+//     on CUDA device 1000" (NVIDIA/nccl#231 proposed the check, #418 shows it; in #103 sjeaugey,
+//     2022: "It is no longer possible to have multiple ranks use the same GPU since NCCL 2.5").
+//     The user guide still says so in its 2.29/2.30 editions (usage/communicators.html: "Using
+//     the same CUDA device multiple times as different ranks of the same NCCL communicator is not
+//     supported and may lead to hangs"); no release we found lifts it (the nccl.h here is 2.28).
+//   * The check keys on the host hash, which the environment variable NCCL_HOSTID overrides: a
+//     different NCCL_HOSTID per process makes NCCL take the ranks for different hosts, so init
+//     passes and the traffic goes over the network transport (sockets, or IB/RoCE loopback)
+//     instead of P2P/shared memory. Public test setups do just that (several MPI ranks on one
+//     GPU, NCCL_HOSTID per rank, the socket transport), but NVIDIA does not support it: "This is
+//     not allowed and it will not work, even if you remove the check. The whole topology
+//     detection / graph search would not work with multiple ranks being on the same GPU"
+//     (sjeaugey, NVIDIA/nccl#418). And kernels of two processes (two CUDA contexts) run
+//     concurrently only under MPS, which collectives on one GPU need or they may deadlock
+//     (nluehr, NVIDIA/nccl#32).
+// So pipetrain keeps one GPU per rank under MPI too (device_for refuses a node with more ranks
+// than GPUs, in one line, before NCCL would); stages that share a GPU use ThreadComm (device-to-
+// device copies) or MpiComm (through host memory). NCCL_HOSTID per rank plus MPS is left to a
+// lab that wants to try it, at its own risk.
 #include "src/nccl_comm.hpp"
 
 #include <cuda_runtime.h>
@@ -18,10 +45,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
 #include "src/device.hpp"
+#include "src/mpi_comm.hpp"
 
 // Every NCCL function this file calls. ncclGetUniqueId and ncclCommInitRank are also all that a
 // communicator across processes (one rank each, bootstrapped by MPI) needs.
@@ -136,13 +165,13 @@ bool nccl_available(std::string* why) {
 }
 
 struct NcclWorld::Group {
-    ncclUniqueId id;
-    std::vector<void*> comms;   // by position in the group's rank list
+    std::vector<void*> comms;   // by position in the group's rank list (over MPI only this rank's)
     std::mutex mu;
 };
 
 NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s)
-    : host_(int(devices.size()), timeout_s), devices_(devices) {
+    : threads_(std::make_unique<ThreadWorld>(int(devices.size()), timeout_s)), size_(int(devices.size())),
+      timeout_s_(timeout_s), devices_(devices) {
     std::vector<int> sorted = devices;
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
@@ -153,6 +182,39 @@ NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s)
     comms_.assign(comms.begin(), comms.end());
 }
 
+NcclWorld::NcclWorld(MpiWorld& mpi, int device, double timeout_s)
+    : size_(mpi.size()), timeout_s_(timeout_s), devices_(mpi.size(), -1), comms_(mpi.size(), nullptr) {
+    const int rank = mpi.rank();
+    devices_[rank] = device;
+    if (!pt::current_device().cuda || pt::current_device().index != device)
+        throw std::logic_error("NcclWorld: rank " + std::to_string(rank) + " must run on cuda:" + std::to_string(device) +
+                               " (pt::set_device) before joining NCCL");
+    nccl();   // every rank loads NCCL (and fails alike) before any waits for rank 0
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (rank == 0) NCCL_CHECK(nccl().ncclGetUniqueId(&id));
+    // ncclCommInitRank blocks, with no timeout, until every rank calls it; the broadcast has the
+    // deadline, so none reaches it while a rank is missing.
+    mpi.broadcast(&id, sizeof id, 0);
+    ncclComm_t c;
+    NCCL_CHECK(nccl().ncclCommInitRank(&c, size_, id, rank));
+    comms_[rank] = c;
+}
+
+int NcclWorld::device_for(const MpiWorld& mpi) {
+    int gpus = pt::cuda_device_count();
+    if (gpus == 0) throw std::runtime_error("NcclComm: rank " + std::to_string(mpi.rank()) + " on " + mpi.host() + " sees no GPU");
+    if (mpi.local_size() > gpus)
+        throw std::runtime_error("NcclComm: NCCL needs one GPU per rank; " + std::to_string(mpi.local_size()) + " ranks on " +
+                                 mpi.host() + " share " + std::to_string(gpus) + " GPU(s) (use the MPI communicator)");
+    return mpi.local_rank() % gpus;
+}
+
+ThreadWorld& NcclWorld::host() {
+    if (!threads_) throw std::logic_error("NcclWorld::host(): a world made over MPI has no ThreadWorld");
+    return *threads_;
+}
+
 NcclWorld::~NcclWorld() {   // a communicator exists only if NCCL loaded, so nccl() does not throw
     for (void* c : comms_)
         if (c) nccl().ncclCommDestroy(as_comm(c));
@@ -161,15 +223,25 @@ NcclWorld::~NcclWorld() {   // a communicator exists only if NCCL loaded, so ncc
             if (c) nccl().ncclCommDestroy(as_comm(c));
 }
 
-NcclComm::NcclComm(NcclWorld& world, int rank) : world_(world), host_(world.host_, rank), rank_(rank) {
-    if (!pt::current_device().cuda || pt::current_device().index != world.devices_[rank])
-        throw std::logic_error("NcclComm: rank " + std::to_string(rank) + " must run on cuda:" +
-                               std::to_string(world.devices_[rank]));
+NcclComm::NcclComm(NcclWorld& world, Comm& host, int rank) : world_(world), host_(host), rank_(rank) { check(); }
+
+NcclComm::NcclComm(NcclWorld& world, int rank)
+    : world_(world), own_host_(std::make_unique<ThreadComm>(world.host(), rank)), host_(*own_host_), rank_(rank) {
+    check();
+}
+
+void NcclComm::check() const {
+    if (rank_ < 0 || rank_ >= world_.size_ || host_.rank() != rank_ || host_.size() != world_.size_)
+        throw std::logic_error("NcclComm: rank " + std::to_string(rank_) + " needs a host Comm of the same rank in a world of " +
+                               std::to_string(world_.size_));
+    if (!pt::current_device().cuda || pt::current_device().index != world_.devices_[rank_])
+        throw std::logic_error("NcclComm: rank " + std::to_string(rank_) + " must run on cuda:" +
+                               std::to_string(world_.devices_[rank_]));
 }
 
 // Polls the stream so that a peer that never posts its half ends in an error, not a hang.
 void NcclComm::wait(void*& comm, const std::string& what) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.host_.timeout_s());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.timeout_s_);
     for (;;) {
         cudaError_t e = cudaStreamQuery(stream());
         if (e == cudaSuccess) return;
@@ -179,7 +251,7 @@ void NcclComm::wait(void*& comm, const std::string& what) {
         NCCL_CHECK(nccl().ncclCommGetAsyncError(as_comm(comm), &async));
         std::string why;
         if (async != ncclSuccess) why = std::string("NCCL error: ") + nccl().ncclGetErrorString(async);
-        else if (world_.host_.aborted()) why = "aborted: " + world_.host_.abort_reason();
+        else if (world_.threads_ && world_.threads_->aborted()) why = "aborted: " + world_.threads_->abort_reason();
         else if (std::chrono::steady_clock::now() > deadline) why = "timed out";
         if (!why.empty()) {
             nccl().ncclCommAbort(as_comm(comm));   // frees the communicator and the stream's pending operation
@@ -220,25 +292,34 @@ void NcclComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>&
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
     if (me == ranks.end()) throw std::runtime_error("rank " + std::to_string(rank_) + ": allreduce over a group without it");
     std::shared_ptr<NcclWorld::Group> g;
-    {   // the first member to arrive makes the group's id; all members then join the communicator
+    {
         std::lock_guard<std::mutex> lock(world_.mu_);
         auto& slot = world_.groups_[ranks];
         if (!slot) {
             slot = std::make_shared<NcclWorld::Group>();
-            NCCL_CHECK(nccl().ncclGetUniqueId(&slot->id));
             slot->comms.assign(ranks.size(), nullptr);
         }
         g = slot;
     }
     int pos = int(me - ranks.begin());
     if (!g->comms[pos]) {
-        // ncclCommInitRank blocks, with no timeout, until every member calls it. Meeting on the
-        // host first (which times out and aborts, naming the rank) means none waits for a
-        // member that died before its first all-reduce.
-        double arrived = 0;
-        host_.allreduce_sum(&arrived, 1, ranks);
+        // A fresh unique id per group, threads or processes alike: the group's first member makes
+        // it and hands it to the others over the host Comm, as a fixed-order all-reduce of its
+        // bytes, one small integer per double (exact). That meeting has the timeout, and
+        // ncclCommInitRank, which blocks without one until every member calls it, comes after
+        // it, so no member waits for one that died before its first all-reduce. (ncclCommSplit,
+        // NCCL 2.18, would need every rank of the world at the same call, those outside the
+        // group too; the pipeline's all-reduces are called by their members only.)
+        ncclUniqueId id;
+        std::vector<double> bytes(sizeof id.internal, 0.0);
+        if (pos == 0) {
+            NCCL_CHECK(nccl().ncclGetUniqueId(&id));
+            for (size_t i = 0; i < bytes.size(); i++) bytes[i] = double(static_cast<unsigned char>(id.internal[i]));
+        }
+        host_.allreduce_sum(bytes.data(), bytes.size(), ranks);
+        for (size_t i = 0; i < bytes.size(); i++) id.internal[i] = char(static_cast<unsigned char>(bytes[i]));
         ncclComm_t c;
-        NCCL_CHECK(nccl().ncclCommInitRank(&c, int(ranks.size()), g->id, pos));
+        NCCL_CHECK(nccl().ncclCommInitRank(&c, int(ranks.size()), id, pos));
         std::lock_guard<std::mutex> lock(g->mu);
         g->comms[pos] = c;
     }

@@ -1,12 +1,14 @@
-// src/nccl_comm.hpp — NcclComm: pp::Comm for ranks that are threads of one process, one GPU
-// each. Tensors in GPU memory travel by NCCL (ncclSend/ncclRecv inside one ncclGroupStart/End,
-// so a steady-state 1F1B step that sends and receives at once cannot deadlock; ncclAllReduce for
-// data parallelism). Host buffers (the loss, the gradient-norm partials) and barriers go through
-// a ThreadComm, which also brings the timeouts and the abort that names the failing rank.
+// src/nccl_comm.hpp — NcclComm: pp::Comm for ranks with one GPU each, either threads of one
+// process or processes started by MPI (one rank each). Tensors in GPU memory travel by NCCL
+// (ncclSend/ncclRecv inside one ncclGroupStart/End, so a steady-state 1F1B step that sends and
+// receives at once cannot deadlock; ncclAllReduce for data parallelism). Host buffers (the loss,
+// the gradient-norm partials) and barriers go through a host Comm, a ThreadComm or an MpiComm,
+// which also brings the timeouts and the abort that names the failing rank.
 //
 // NCCL allows one rank per GPU in a communicator: with fewer GPUs than ranks, use ThreadComm
-// (whose device-to-device copies serve stages that share a GPU). Built only when CMake finds
-// nccl.h; libnccl itself is opened at run time, by the first NcclWorld (nccl_comm.cpp says why).
+// (whose device-to-device copies serve stages that share a GPU) or MpiComm (nccl_comm.cpp says
+// what NCCL would need for two processes on one GPU). Built only when CMake finds nccl.h;
+// libnccl itself is opened at run time, by the first NcclWorld (nccl_comm.cpp says why).
 #pragma once
 #include <map>
 #include <memory>
@@ -24,28 +26,43 @@ namespace pp {
 // Otherwise false, and *why says what failed in one line: "cannot load libnccl.so.2 (...)".
 bool nccl_available(std::string* why = nullptr);
 
+class MpiWorld;
+
 class NcclWorld {
  public:
-    // devices[r] = the GPU of rank r, all different. Loads NCCL and creates the world communicator.
+    // Threads: devices[r] = the GPU of rank r, all different. Loads NCCL and creates the world
+    // communicator of every rank (ncclCommInitAll); host() is the ThreadWorld for run_ranks.
     NcclWorld(const std::vector<int>& devices, double timeout_s);
+    // Processes: this process is rank mpi.rank() of mpi.size(), on GPU `device` (see device_for),
+    // already selected with pt::set_device. Rank 0's ncclGetUniqueId reaches every rank by
+    // mpi.broadcast, then each joins with ncclCommInitRank. Called by every rank, like a collective.
+    NcclWorld(MpiWorld& mpi, int device, double timeout_s);
     ~NcclWorld();
-    ThreadWorld& host() { return host_; }
+    // The GPU of this process's rank: its local rank on its node, modulo the node's GPU count.
+    // Throws when the node has more ranks than GPUs (NCCL would refuse: "Duplicate GPU detected").
+    static int device_for(const MpiWorld& mpi);
+    ThreadWorld& host();   // the threads' world (a logic_error for a world made over MPI)
 
  private:
     friend class NcclComm;
     struct Group;                          // a sub-communicator for an all-reduce over some ranks
-    ThreadWorld host_;
-    std::vector<int> devices_;
-    std::vector<void*> comms_;             // ncclComm_t of each rank in the world communicator
+    std::unique_ptr<ThreadWorld> threads_; // the threads' host world; null over MPI
+    int size_;
+    double timeout_s_;
+    std::vector<int> devices_;             // [rank]: its GPU (over MPI only this process's rank's, others -1)
+    std::vector<void*> comms_;             // ncclComm_t of each rank of this process in the world communicator
     std::mutex mu_;
     std::map<std::vector<int>, std::shared_ptr<Group>> groups_;
 };
 
 class NcclComm : public Comm {
  public:
-    NcclComm(NcclWorld& world, int rank);   // call on rank's thread, after pt::set_device
+    // Call on rank's thread, after pt::set_device. `host` carries host buffers, barriers and
+    // abort: a ThreadComm of world.host() for threads, the process's MpiComm under MPI.
+    NcclComm(NcclWorld& world, Comm& host, int rank);
+    NcclComm(NcclWorld& world, int rank);   // threads: makes its own ThreadComm of world.host()
     int rank() const override { return rank_; }
-    int size() const override { return int(world_.devices_.size()); }
+    int size() const override { return world_.size_; }
     void send(const void* data, std::size_t bytes, int peer, int tag) override;
     void recv(void* data, std::size_t bytes, int peer, int tag) override;
     void group(const std::vector<P2POp>& ops) override;
@@ -55,9 +72,11 @@ class NcclComm : public Comm {
     void abort(const std::string& why) override { host_.abort(why); }
 
  private:
+    void check() const;                                 // the rank, its host Comm and its GPU fit the world
     void wait(void*& comm, const std::string& what);   // the stream, with a timeout and abort
     NcclWorld& world_;
-    ThreadComm host_;
+    std::unique_ptr<ThreadComm> own_host_;   // made by the two-argument constructor
+    Comm& host_;
     int rank_;
 };
 

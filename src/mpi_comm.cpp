@@ -1,0 +1,401 @@
+// src/mpi_comm.cpp — see mpi_comm.hpp. Always compiled: launched_by_mpi() and mpi_built() exist in
+// every build; the MPI parts only where CMake found MPI (PIPETRAIN_MPI), stubs that throw elsewhere.
+#include "src/mpi_comm.hpp"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace pp {
+
+bool launched_by_mpi() {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"})
+        if (std::getenv(v)) return true;
+    return false;
+}
+
+#ifndef PIPETRAIN_MPI
+
+bool mpi_built() { return false; }
+
+// Nothing below can run: every MpiComm and run_mpi_rank needs an MpiWorld, whose constructor throws.
+struct MpiWorld::Comms {};
+MpiWorld::MpiWorld(double timeout_s) : timeout_s_(timeout_s) {
+    throw std::runtime_error("this pipetrain was built without MPI: install libopenmpi-dev (scripts/setup.sh) and rebuild");
+}
+MpiWorld::~MpiWorld() = default;
+void MpiWorld::abort(const std::string& why, int code) { (void)why, std::_Exit(code); }
+void MpiWorld::broadcast(void*, std::size_t, int) {}
+MpiComm::MpiComm(MpiWorld& world) : world_(world) {}
+void MpiComm::send(const void*, std::size_t, int, int) {}
+void MpiComm::recv(void*, std::size_t, int, int) {}
+void MpiComm::group(const std::vector<P2POp>&) {}
+void MpiComm::allreduce_sum(float*, std::size_t, const std::vector<int>&) {}
+void MpiComm::allreduce_sum(double*, std::size_t, const std::vector<int>&) {}
+void MpiComm::barrier() {}
+void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>&) { world.abort("no MPI"); }
+
+}  // namespace pp
+
+#else   // PIPETRAIN_MPI
+
+}  // namespace pp
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "src/device.hpp"
+#include "src/watchdog.hpp"
+
+// Every MPI call: file:line, MPI's error string and the call, then throw. The communicators return
+// errors (MPI_ERRORS_RETURN) instead of MPI's default of ending the job without a word of ours.
+#define MPI_CHECK(call)                                                                                  \
+    do {                                                                                                 \
+        int e_ = (call);                                                                                 \
+        if (e_ != MPI_SUCCESS)                                                                           \
+            throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +            \
+                                     ": MPI error: " + mpi_error_text(e_) + " (" #call ")");             \
+    } while (0)
+
+namespace pp {
+
+namespace {
+std::string mpi_error_text(int code) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "error code " + std::to_string(code);
+    return std::string(text, len);
+}
+
+// Collectives run on a communicator of their own, so their tags never meet a pipeline's.
+const int kReduceTag = 1, kGatherTag = 2;
+
+using Clock = std::chrono::steady_clock;
+
+std::string seconds_text(double s) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", s);
+    return text;
+}
+
+// MPI counts are ints: a larger message would need derived datatypes, which no pipetrain tensor needs.
+int count_of(std::size_t bytes, const std::string& who) {
+    if (bytes > std::size_t(INT_MAX))
+        throw std::runtime_error(who + ": " + std::to_string(bytes) + " bytes is more than one MPI message carries (2 GiB)");
+    return int(bytes);
+}
+
+// Polls until done() says so, sleeping a little longer each time (a yield first: a message
+// usually arrives within microseconds in a pipeline's steady state; later up to 1 ms, so a
+// rank waiting for seconds leaves the core to the others). Throws timeout() at the deadline.
+template <typename Done, typename Timeout>
+void poll_until(double timeout_s, Done done, Timeout timeout) {
+    Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    for (int k = 0; !done(); k++) {
+        if (Clock::now() > deadline) timeout();
+        if (k < 100) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 << std::min(k - 100, 7))));
+    }
+}
+}  // namespace
+
+struct MpiWorld::Comms {
+    MPI_Comm p2p = MPI_COMM_NULL;   // the pipeline's sends and receives
+    MPI_Comm coll = MPI_COMM_NULL;  // all-reduce, barrier, broadcast
+};
+
+bool mpi_built() { return true; }
+
+MpiWorld::MpiWorld(double timeout_s) : comms_(std::make_unique<Comms>()), timeout_s_(timeout_s) {
+    if (timeout_s <= 0) throw std::invalid_argument("MpiWorld: need a timeout > 0, got " + seconds_text(timeout_s));
+    // FUNNELED: only the main thread calls MPI; the watchdog thread never does.
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    if (provided < MPI_THREAD_FUNNELED) throw std::runtime_error("MPI: this MPI library offers no MPI_THREAD_FUNNELED");
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    MPI_CHECK(MPI_Get_processor_name(name, &len));
+    host_.assign(name, len);
+    void* ub = nullptr;
+    int found = 0;
+    MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found));
+    tag_ub_ = found ? *static_cast<int*>(ub) : 32767;   // 32767: the least the standard allows
+    // The node's ranks, for the GPU of this one. MPI has no nonblocking split before MPI 4; like
+    // MPI_Init, it runs once at start, when the launcher has just started every process (and ends
+    // the job if one of them dies).
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    MPI_CHECK(MPI_Comm_size(node, &local_size_));
+    MPI_CHECK(MPI_Comm_free(&node));
+    for (MPI_Comm* c : {&comms_->p2p, &comms_->coll}) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, c, &req));
+        poll_until(
+            timeout_s_, [&] { int done = 0; MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE)); return done != 0; },
+            [&] { abort("MPI start timed out after " + seconds_text(timeout_s_) + " s (waiting for every rank to join)"); });
+        MPI_CHECK(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
+    }
+}
+
+MpiWorld::~MpiWorld() {
+    // A destructor must not throw: a failing MPI call here is ignored (the job is ending anyway).
+    for (MPI_Comm* c : {&comms_->p2p, &comms_->coll})
+        if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    MPI_Finalize();
+}
+
+void MpiWorld::abort(const std::string& why, int code) {
+    // "rank 1, action F3.0: ..." (a pipeline's error) becomes "rank 1 (node7), action F3.0: ...".
+    const std::string me = "rank " + std::to_string(rank_);
+    bool named = why.rfind(me, 0) == 0 && (why.size() == me.size() || !std::isdigit((unsigned char)why[me.size()]));
+    std::string line = named ? me + " (" + host_ + ")" + why.substr(me.size()) : me + " (" + host_ + "): " + why;
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    // Ends every process of MPI_COMM_WORLD (mpirun exits with `code`). It does not return; if an
+    // MPI library ever did, this process must still end.
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+}
+
+void MpiWorld::broadcast(void* data, std::size_t bytes, int root) {
+    const std::string who = "rank " + std::to_string(rank_) + ": broadcast from rank " + std::to_string(root);
+    if (root < 0 || root >= size_) throw std::runtime_error(who + ": no such rank");
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(data, count_of(bytes, who), MPI_BYTE, root, comms_->coll, &req));
+    poll_until(
+        timeout_s_, [&] { int done = 0; MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE)); return done != 0; },
+        [&] { throw std::runtime_error(who + " timed out after " + seconds_text(timeout_s_) + " s"); });
+    beat();
+}
+
+// ---- point to point -------------------------------------------------------------------------------
+
+namespace {
+std::string tag_text(int tag) { return tag_label(tag) + " (tag " + std::to_string(tag) + ")"; }
+
+// One posted send or receive, and what to say when it fails.
+struct Pending {
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool send = false;
+    int peer = 0;
+    std::size_t bytes = 0;     // a receive's expected size
+    std::string what;          // "F3 (tag 6)", "allreduce"
+    void* gpu = nullptr;       // a receive into GPU memory: where the staged bytes go at the end
+    std::vector<char> staged;  // GPU bytes in host memory (MPI is not assumed to read GPU memory)
+};
+
+// Posts one message on `comm`. GPU memory is staged through host memory with pt::copy_bytes:
+// a CUDA-aware MPI could send it directly, but pipetrain does not assume one.
+void post(Pending& p, MPI_Comm comm, int me, bool send, void* data, std::size_t bytes, int peer, int tag,
+          const std::string& what) {
+    p.send = send, p.peer = peer, p.bytes = bytes, p.what = what;
+    const std::string who = "rank " + std::to_string(me) + (send ? ": send to rank " : ": recv from rank ") + std::to_string(peer);
+    int count = count_of(bytes, who);
+    void* buf = data;
+    if (bytes > 0 && pt::device_of(data).cuda) {
+        p.staged.resize(bytes);
+        buf = p.staged.data();
+        if (send) pt::copy_bytes(buf, data, bytes);   // host involved: done when it returns
+        else p.gpu = data;
+    }
+    if (send) MPI_CHECK(MPI_Isend(buf, count, MPI_BYTE, peer, tag, comm, &p.req));
+    else MPI_CHECK(MPI_Irecv(buf, count, MPI_BYTE, peer, tag, comm, &p.req));
+}
+
+// Waits for every posted message, checking each received size, until the deadline. On a timeout
+// the receives still posted are cancelled (so no message lands in a buffer the caller may free);
+// the job is about to end, so a send still pending is only released.
+void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
+    std::size_t left = ops.size();
+    auto done = [&] {
+        for (Pending& p : ops) {
+            if (p.req == MPI_REQUEST_NULL) continue;
+            int flag = 0;
+            MPI_Status status;
+            int e = MPI_Test(&p.req, &flag, &status);
+            const std::string who = "rank " + std::to_string(me) + (p.send ? ": send to rank " : ": recv from rank ") +
+                                    std::to_string(p.peer);
+            if (e != MPI_SUCCESS) {
+                int cls = 0;
+                MPI_Error_class(e, &cls);
+                if (cls == MPI_ERR_TRUNCATE)
+                    throw std::runtime_error(who + ": " + p.what + " has more than " + std::to_string(p.bytes) +
+                                             " bytes, the receive buffer " + std::to_string(p.bytes));
+                MPI_CHECK(e);
+            }
+            if (!flag) continue;
+            p.req = MPI_REQUEST_NULL;
+            left--;
+            if (!p.send) {
+                int got = 0;
+                MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+                if (std::size_t(got) != p.bytes)
+                    throw std::runtime_error(who + ": " + p.what + " has " + std::to_string(got) +
+                                             " bytes, the receive buffer " + std::to_string(p.bytes));
+                if (p.gpu) pt::copy_bytes(p.gpu, p.staged.data(), p.bytes);
+            }
+            beat();   // every message sent or received is progress, for the watchdog
+        }
+        return left == 0;
+    };
+    auto timeout = [&] {
+        std::string error;
+        for (Pending& p : ops) {
+            if (p.req == MPI_REQUEST_NULL) continue;
+            if (error.empty())
+                error = "rank " + std::to_string(me) + (p.send ? ": send to rank " : ": recv from rank ") +
+                        std::to_string(p.peer) + " timed out after " + seconds_text(timeout_s) + " s (" +
+                        (p.send ? "rank " + std::to_string(p.peer) + " did not receive " : "waiting for ") + p.what + ")";
+            if (!p.send) MPI_Cancel(&p.req);
+            MPI_Request_free(&p.req);
+        }
+        throw std::runtime_error(error);
+    };
+    poll_until(timeout_s, done, timeout);
+}
+}  // namespace
+
+MpiComm::MpiComm(MpiWorld& world) : world_(world) {}
+
+void MpiComm::send(const void* data, std::size_t bytes, int peer, int tag) { group({{true, const_cast<void*>(data), bytes, peer, tag}}); }
+void MpiComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{false, data, bytes, peer, tag}}); }
+
+// NCCL's semantics: every op is posted before any is waited for, so paired sends and receives in
+// one group (a 1F1B steady state sends and receives at once) cannot deadlock, buffered or not.
+void MpiComm::group(const std::vector<P2POp>& ops) {
+    const int me = rank();
+    std::vector<Pending> pending(ops.size());
+    for (std::size_t i = 0; i < ops.size(); i++) {
+        const P2POp& op = ops[i];
+        const std::string who = "rank " + std::to_string(me) + (op.send ? ": send to rank " : ": recv from rank ") +
+                                std::to_string(op.peer);
+        if (op.peer < 0 || op.peer >= size())
+            throw std::runtime_error(who + (op.send ? " outside a world of " + std::to_string(size()) : ": no such rank"));
+        if (op.tag < 0 || op.tag > world_.tag_ub_)
+            throw std::runtime_error(who + ": tag " + std::to_string(op.tag) + " is outside this MPI's tags 0.." +
+                                     std::to_string(world_.tag_ub_) + " (MPI_TAG_UB; fewer micro-batches or chunks fit)");
+        post(pending[i], world_.comms_->p2p, me, op.send, op.data, op.bytes, op.peer, op.tag, tag_text(op.tag));
+    }
+    wait_all(pending, me, world_.timeout_s());
+}
+
+void MpiComm::barrier() {
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibarrier(world_.comms_->coll, &req));
+    poll_until(
+        world_.timeout_s(), [&] { int done = 0; MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE)); return done != 0; },
+        [&] {
+            throw std::runtime_error("rank " + std::to_string(rank()) + ": barrier timed out after " +
+                                     seconds_text(world_.timeout_s()) + " s (waiting for every rank to reach it)");
+        });
+    beat();
+}
+
+// ---- all-reduce in a fixed order ------------------------------------------------------------------
+//
+// MPI_Allreduce may add in any order (a tree, a ring, whatever the network prefers), so its bits
+// may differ from ThreadComm's and between runs. This one gives ThreadComm's bits and still scales:
+//
+//   reduce-scatter  the D members split [0, n) into D slices; member k owns slice k and receives
+//                   every other member's copy of it, then adds them in the order of `ranks`:
+//                   out[i] = ((x_0[i] + x_1[i]) + x_2[i]) + ... (its own copy at its position);
+//   all-gather      each owner sends its summed slice to every other member.
+//
+// Each element is the same left fold as ThreadComm's reduce-to-ranks[0] (which starts from
+// ranks[0]'s data and adds ranks[1], ranks[2], ... in turn): addition happens element by element,
+// so splitting [0, n) into slices changes who adds, never the order of the additions, and the bits
+// are identical. Each member sends and receives about 2n(D-1)/D elements, rank 0 no more than others.
+template <typename T>
+void MpiComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
+    const int me_rank = rank();
+    auto it = std::find(ranks.begin(), ranks.end(), me_rank);
+    if (it == ranks.end())
+        throw std::runtime_error("rank " + std::to_string(me_rank) + ": allreduce over a group that does not contain it");
+    for (int r : ranks)
+        if (r < 0 || r >= size())
+            throw std::runtime_error("rank " + std::to_string(me_rank) + ": allreduce over rank " + std::to_string(r) +
+                                     ", outside a world of " + std::to_string(size()));
+    const std::size_t D = ranks.size(), me = std::size_t(it - ranks.begin());
+    if (D == 1) return;
+    // Slice k is [lo(k), lo(k+1)): sizes differ by at most one element.
+    auto lo = [&](std::size_t k) { return (n / D) * k + std::min(k, n % D); };
+    // GPU data: the whole array in host memory (staged once, not per message).
+    const bool gpu = n > 0 && pt::device_of(data).cuda;
+    std::vector<T> host;
+    T* x = data;
+    if (gpu) {
+        host.resize(n);
+        pt::copy_bytes(host.data(), data, n * sizeof(T));
+        x = host.data();
+    }
+    MPI_Comm comm = world_.comms_->coll;
+    const double timeout = world_.timeout_s();
+    const std::size_t mine = lo(me), mine_n = lo(me + 1) - mine;
+
+    // Reduce-scatter: my slice of everyone else's copy in; their slices of my copy out.
+    std::vector<std::vector<T>> theirs(D);   // [position]: that member's copy of my slice
+    std::vector<Pending> ops(2 * (D - 1));
+    for (std::size_t k = 0, i = 0; k < D; k++) {
+        if (k == me) continue;
+        theirs[k].resize(mine_n);
+        post(ops[i++], comm, me_rank, false, theirs[k].data(), mine_n * sizeof(T), ranks[k], kReduceTag, "allreduce");
+        post(ops[i++], comm, me_rank, true, x + lo(k), (lo(k + 1) - lo(k)) * sizeof(T), ranks[k], kReduceTag, "allreduce");
+    }
+    wait_all(ops, me_rank, timeout);
+    theirs[me].assign(x + mine, x + mine + mine_n);
+    T* out = x + mine;
+    std::copy(theirs[0].begin(), theirs[0].end(), out);
+    for (std::size_t k = 1; k < D; k++)
+        for (std::size_t i = 0; i < mine_n; i++) out[i] += theirs[k][i];
+
+    // All-gather: my summed slice out, every other slice in, straight into place.
+    ops.assign(2 * (D - 1), Pending());
+    for (std::size_t k = 0, i = 0; k < D; k++) {
+        if (k == me) continue;
+        post(ops[i++], comm, me_rank, false, x + lo(k), (lo(k + 1) - lo(k)) * sizeof(T), ranks[k], kGatherTag, "allreduce");
+        post(ops[i++], comm, me_rank, true, out, mine_n * sizeof(T), ranks[k], kGatherTag, "allreduce");
+    }
+    wait_all(ops, me_rank, timeout);
+    if (gpu) pt::copy_bytes(data, host.data(), n * sizeof(T));
+}
+
+void MpiComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
+void MpiComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
+
+// ---- one rank per process -------------------------------------------------------------------------
+
+// fn runs here, on the main thread (MPI_THREAD_FUNNELED); the watchdog runs beside it and ends the
+// process (kWatchdogExit) if fn makes no progress for the timeout and a grace. mpirun then ends
+// the others: a process that exits without MPI_Finalize ends the job.
+void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>& fn) {
+    Watchdog watchdog(1, world.timeout_s(), world.rank());
+    std::thread supervisor([&] { watchdog.supervise(); });
+    std::string error;
+    watchdog.enter(0);
+    try {
+        MpiComm comm(world);
+        fn(comm);
+    } catch (const std::exception& e) {
+        error = e.what();
+    } catch (...) {
+        error = "unknown exception";
+    }
+    watchdog.leave(0, error);
+    supervisor.join();
+    if (!error.empty()) world.abort(error);   // prints "rank R (HOST): ..." once, ends the job
+}
+
+}  // namespace pp
+
+#endif   // PIPETRAIN_MPI

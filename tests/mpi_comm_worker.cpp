@@ -1,0 +1,221 @@
+// tests/mpi_comm_worker.cpp — one MPI rank of tests/test_mpi_comm.cpp, which launches it as
+// `scripts/mpirun.sh N mpi_comm_worker MODE TIMEOUT`. Every rank checks what it received itself
+// and prints "rank R: MODE ok" at the end; a failed check throws, so the job ends non-zero.
+//
+//   exchange  send/recv, group, a wrong-size receive, allreduce_sum (bitwise against ThreadComm
+//             on the same inputs, computed here in-process) and barrier
+//   timeout   rank 1 receives what rank 0 never sends
+//   abort     rank 2 aborts while the others wait for it
+//   exit      rank 1 ends (std::_Exit) while the others wait for it;  kill: it SIGKILLs itself
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/comm.hpp"
+#include "src/mpi_comm.hpp"
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error("check failed: " + what);
+}
+
+// The bytes that rank `src` sends with `tag`: known to the receiver, different per message.
+std::vector<char> pattern(int src, int tag, std::size_t bytes) {
+    std::vector<char> b(bytes);
+    for (std::size_t i = 0; i < bytes; i++) b[i] = char((src * 31 + tag * 7 + i * 13) & 0xff);
+    return b;
+}
+
+// Rank r's all-reduce input: signs and magnitudes vary, so the order of the additions shows in the bits.
+template <typename T>
+std::vector<T> input(int r, std::size_t n) {
+    std::vector<T> x(n);
+    for (std::size_t i = 0; i < n; i++) {
+        std::uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ std::uint64_t(r + 1) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
+        double u = double(h >> 11) / double(1ull << 53) - 0.5;
+        double scale[] = {1e-3, 1.0, 1e3, 1e6};
+        x[i] = T(u * scale[(h >> 3) % 4]);
+    }
+    return x;
+}
+
+void p2p(pp::Comm& comm) {
+    const int me = comm.rank(), N = comm.size();
+    // Pairs (0,1), (2,3): the even rank sends, the odd one receives and answers.
+    for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(4097), std::size_t(1) << 20}) {
+        const int tag = pp::transfer_tag(false, 1, 0), back = pp::transfer_tag(true, 1, 0);
+        const int peer = me ^ 1;
+        std::vector<char> got(bytes);
+        if (me % 2 == 0) {
+            comm.send(pattern(me, tag, bytes).data(), bytes, peer, tag);
+            comm.recv(got.data(), bytes, peer, back);
+            require(got == pattern(peer, back, bytes), "send/recv answer of " + std::to_string(bytes) + " bytes");
+        } else {
+            comm.recv(got.data(), bytes, peer, tag);
+            require(got == pattern(peer, tag, bytes), "send/recv of " + std::to_string(bytes) + " bytes");
+            comm.send(pattern(me, back, bytes).data(), bytes, peer, back);
+        }
+    }
+    // A ring in one group, both directions at once (a 1F1B steady state): activations to the next
+    // rank, gradients to the previous one, three of each, sizes up to rendezvous messages.
+    const int next = (me + 1) % N, prev = (me + N - 1) % N;
+    const std::size_t sizes[] = {5, 70000, std::size_t(1) << 20};
+    std::vector<std::vector<char>> out, in;
+    std::vector<pp::P2POp> ops;
+    for (int m = 0; m < 3; m++)
+        for (bool grad : {false, true}) {
+            int tag = pp::transfer_tag(grad, m, 0);
+            out.push_back(pattern(me, tag, sizes[m]));
+            in.emplace_back(sizes[m]);
+        }
+    for (int k = 0; k < 6; k++) {   // message k: micro-batch k / 2, a gradient when k is odd
+        int m = k / 2, tag = pp::transfer_tag(k % 2, m, 0);
+        ops.push_back({true, out[k].data(), sizes[m], k % 2 ? prev : next, tag});
+        ops.push_back({false, in[k].data(), sizes[m], k % 2 ? next : prev, tag});
+    }
+    comm.group(ops);
+    for (int k = 0; k < 6; k++) {
+        int m = k / 2, tag = pp::transfer_tag(k % 2, m, 0);
+        require(in[k] == pattern(k % 2 ? next : prev, tag, sizes[m]), "group message " + pp::tag_label(tag));
+    }
+    // A message of 10 bytes into a buffer of 12: the receiver names both sizes.
+    const int tag = pp::transfer_tag(false, 5, 0);
+    if (me == 0) comm.send(pattern(0, tag, 10).data(), 10, 1, tag);
+    if (me == 1) {
+        std::vector<char> got(12);
+        std::string error;
+        try {
+            comm.recv(got.data(), 12, 0, tag);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        std::string want = "rank 1: recv from rank 0: " + pp::tag_label(tag) + " (tag " + std::to_string(tag) +
+                           ") has 10 bytes, the receive buffer 12";
+        require(error == want, "wrong-size error \"" + error + "\", expected \"" + want + "\"");
+    }
+}
+
+// The bits ThreadComm gives for the same inputs: N threads in this process.
+template <typename T>
+std::vector<T> thread_reference(int N, int me, std::size_t n, const std::vector<int>& group) {
+    std::vector<T> mine;
+    pp::ThreadWorld world(N, 60.0);
+    pp::run_ranks(world, [&](int r) {
+        std::vector<T> x = input<T>(r, n);
+        if (std::find(group.begin(), group.end(), r) != group.end()) {
+            pp::ThreadComm comm(world, r);
+            comm.allreduce_sum(x.data(), n, group);
+        }
+        if (r == me) mine = x;
+    });
+    return mine;
+}
+
+template <typename T>
+void allreduce_case(pp::Comm& comm, std::size_t n, const std::vector<int>& group) {
+    const int me = comm.rank();
+    std::vector<T> x = input<T>(me, n);
+    const bool member = std::find(group.begin(), group.end(), me) != group.end();
+    if (member) comm.allreduce_sum(x.data(), n, group);
+    std::vector<T> want = thread_reference<T>(comm.size(), me, n, group);
+    std::string what = std::string(sizeof(T) == 4 ? "float" : "double") + " allreduce of " + std::to_string(n) +
+                       " over {";
+    for (int r : group) what += std::to_string(r) + (r == group.back() ? "}" : ",");
+    if (std::memcmp(x.data(), want.data(), n * sizeof(T)) != 0) {
+        std::size_t i = 0;
+        while (std::memcmp(&x[i], &want[i], sizeof(T)) == 0) i++;
+        char diff[160];
+        std::snprintf(diff, sizeof diff, ": element %zu is %.17g, ThreadComm's %.17g", i, double(x[i]), double(want[i]));
+        require(false, what + diff);
+    }
+    // The inputs are such that another order gives other bits (else this case could not fail).
+    if (member && n > 1000 && group.size() > 2) {
+        std::vector<T> reversed = input<T>(group.back(), n);
+        for (std::size_t k = group.size() - 1; k-- > 0;) {
+            std::vector<T> y = input<T>(group[k], n);
+            for (std::size_t i = 0; i < n; i++) reversed[i] += y[i];
+        }
+        require(std::memcmp(reversed.data(), x.data(), n * sizeof(T)) != 0, what + ": the order does not matter");
+    }
+}
+
+void allreduce(pp::Comm& comm) {
+    const int N = comm.size();
+    std::vector<std::vector<int>> groups;
+    std::vector<int> all;
+    for (int r = 0; r < N; r++) all.push_back(r);
+    groups.push_back(all);
+    if (N == 4) groups.push_back({1, 3}), groups.push_back({0, 1, 2}), groups.push_back({3, 0, 2});
+    if (N == 2) groups.push_back({1, 0});
+    for (const std::vector<int>& g : groups)
+        for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000003)}) {
+            allreduce_case<float>(comm, n, g);
+            allreduce_case<double>(comm, n, g);
+        }
+}
+
+double wall_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// Nobody leaves the barrier before the last one has entered it (rank N-1 comes 0.3 s late).
+void barrier(pp::Comm& comm) {
+    const int me = comm.rank(), N = comm.size();
+    if (me == N - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<double> t(2 * N, 0.0);   // [enter of each rank..., leave of each rank...]
+    t[me] = wall_s();
+    comm.barrier();
+    t[N + me] = wall_s();
+    comm.allreduce_sum(t.data(), t.size(), [&] { std::vector<int> a; for (int r = 0; r < N; r++) a.push_back(r); return a; }());
+    double last_in = *std::max_element(t.begin(), t.begin() + N), first_out = *std::min_element(t.begin() + N, t.end());
+    require(first_out >= last_in, "a rank left the barrier " + std::to_string(last_in - first_out) + " s before the last entered");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "usage: mpi_comm_worker exchange|timeout|abort|exit|kill TIMEOUT_S\n");
+        return 2;
+    }
+    const std::string mode = argv[1];
+    try {
+        pp::MpiWorld world(std::atof(argv[2]));
+        pp::run_mpi_rank(world, [&](pp::Comm& comm) {
+            const int me = comm.rank();
+            std::vector<char> buf(8);
+            if (mode == "exchange") {
+                p2p(comm);
+                allreduce(comm);
+                barrier(comm);
+            } else if (mode == "timeout") {
+                if (me == 1) comm.recv(buf.data(), buf.size(), 0, pp::transfer_tag(false, 3, 0));
+                if (me == 0) std::this_thread::sleep_for(std::chrono::seconds(30));
+            } else if (mode == "abort") {
+                if (me == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300)), comm.abort("stage exploded");
+                else comm.recv(buf.data(), buf.size(), 2, 0);
+            } else if (mode == "exit" || mode == "kill") {
+                comm.barrier();   // everyone is up: now rank 1 goes, mid-exchange
+                if (me == 1) mode == "exit" ? std::_Exit(3) : (void)raise(SIGKILL);
+                comm.recv(buf.data(), buf.size(), 1, 0);
+            } else {
+                throw std::runtime_error("unknown mode " + mode);
+            }
+            std::printf("rank %d: %s ok\n", me, mode.c_str());
+            std::fflush(stdout);
+        });
+    } catch (const std::exception& e) {   // before MPI started (or after it ended)
+        std::fprintf(stderr, "mpi_comm_worker: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,96 @@
+// MpiComm (src/mpi_comm.hpp): processes as ranks. Each case launches tests/mpi_comm_worker.cpp
+// as N ranks with `scripts/mpirun.sh N mpi_comm_worker MODE TIMEOUT` under timeout(1), so a hang
+// is a failed case, never a stuck ctest; the workers check what they receive themselves
+// (all-reduce bitwise against ThreadComm on the same inputs). Skipped (exit code 77) in a build
+// without MPI or where no mpirun is on PATH.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "process_util.hpp"
+#include "src/mpi_comm.hpp"
+
+namespace {
+
+struct Job {
+    int code;
+    double seconds;   // from launch to the end of mpirun
+    std::string out;
+};
+
+// `limit_s` is generous: the case itself checks how long the job took.
+Job launch(int np, const std::string& mode, double timeout_s, double limit_s) {
+    auto start = std::chrono::steady_clock::now();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", limit_s);
+    test::Child child = test::Child::exec({"timeout", "-k", "3", secs, std::string(PT_SOURCE_DIR) + "/scripts/mpirun.sh",
+                                           std::to_string(np), PT_MPI_WORKER, mode, std::to_string(timeout_s)});
+    bool ended = child.wait_exit(limit_s + 10);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO("mpirun output:\n" << child.out);
+    REQUIRE(ended);
+    return {child.exit_code(), took, child.out};
+}
+
+bool has(const std::string& out, const std::string& text) { return out.find(text) != std::string::npos; }
+
+void exchange(int np) {
+    Job job = launch(np, "exchange", 20, 60);
+    INFO("mpirun output:\n" << job.out);
+    CHECK(job.code == 0);
+    for (int r = 0; r < np; r++) CHECK(has(job.out, "rank " + std::to_string(r) + ": exchange ok"));
+}
+
+}  // namespace
+
+TEST_CASE("send/recv, group, all-reduce (bitwise ThreadComm's) and barrier on 2 ranks") { exchange(2); }
+TEST_CASE("send/recv, group, all-reduce (bitwise ThreadComm's) and barrier on 4 ranks") { exchange(4); }
+
+TEST_CASE("a receive that nobody sends times out, naming the rank, the peer and the tag") {
+    Job job = launch(2, "timeout", 2, 30);
+    INFO("mpirun output:\n" << job.out);
+    CHECK(job.code != 0);
+    CHECK(job.seconds < 2 + 4);   // the timeout, MPI's start and end, and ~2 s of slack
+    CHECK(has(job.out, "rank 1 ("));
+    const int tag = pp::transfer_tag(false, 3, 0);   // what the worker's rank 1 waits for
+    CHECK(has(job.out, "recv from rank 0 timed out after 2 s (waiting for " + pp::tag_label(tag) + " (tag " +
+                           std::to_string(tag) + "))"));
+}
+
+TEST_CASE("abort on one rank ends every process promptly, naming the rank and its host") {
+    Job job = launch(4, "abort", 30, 30);
+    INFO("mpirun output:\n" << job.out);
+    CHECK(job.code != 0);
+    CHECK(job.seconds < 8);   // far less than the 30 s the others would wait
+    CHECK(has(job.out, "rank 2 ("));
+    CHECK(has(job.out, "): stage exploded"));
+    CHECK(!has(job.out, "abort ok"));
+}
+
+TEST_CASE("a rank that dies mid-exchange ends the job within its timeout") {
+    for (const char* mode : {"exit", "kill"}) {
+        CAPTURE(mode);
+        Job job = launch(3, mode, 3, 30);
+        INFO("mpirun output:\n" << job.out);
+        CHECK(job.code != 0);
+        CHECK(job.seconds < 3 + 5);
+        CHECK(!has(job.out, std::string(mode) + " ok"));
+    }
+}
+
+int main(int argc, char** argv) {
+    if (!pp::mpi_built()) {
+        std::printf("skipped: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then re-run cmake)\n");
+        return 77;
+    }
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+        std::printf("skipped: no mpirun on PATH (apt-get install openmpi-bin)\n");
+        return 77;
+    }
+    doctest::Context ctx(argc, argv);
+    return ctx.run();
+}

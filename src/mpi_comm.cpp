@@ -190,18 +190,24 @@ struct Pending {
     bool send = false;
     int peer = 0;
     std::size_t bytes = 0;     // a receive's expected size
+    MPI_Comm comm = MPI_COMM_NULL;
+    bool pipeline = false;     // a pipeline's message (its tag is a pp tag), not a collective's
     std::string what;          // "F3 (tag 6)", "allreduce"
     void* gpu = nullptr;       // a receive into GPU memory: where the staged bytes go at the end
     std::vector<char> staged;  // GPU bytes in host memory (MPI is not assumed to read GPU memory)
 };
 
+// "rank 0: send to rank 1", "rank 1: recv from rank 0": who failed, for an error.
+std::string who(const Pending& p, int me) {
+    return "rank " + std::to_string(me) + (p.send ? ": send to rank " : ": recv from rank ") + std::to_string(p.peer);
+}
+
 // Posts one message on `comm`. GPU memory is staged through host memory with pt::copy_bytes:
 // a CUDA-aware MPI could send it directly, but pipetrain does not assume one.
 void post(Pending& p, MPI_Comm comm, int me, bool send, void* data, std::size_t bytes, int peer, int tag,
           const std::string& what) {
-    p.send = send, p.peer = peer, p.bytes = bytes, p.what = what;
-    const std::string who = "rank " + std::to_string(me) + (send ? ": send to rank " : ": recv from rank ") + std::to_string(peer);
-    int count = count_of(bytes, who);
+    p.send = send, p.peer = peer, p.bytes = bytes, p.comm = comm, p.what = what;
+    int count = count_of(bytes, who(p, me));
     void* buf = data;
     if (bytes > 0 && pt::device_of(data).cuda) {
         p.staged.resize(bytes);
@@ -224,13 +230,11 @@ void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
             int flag = 0;
             MPI_Status status;
             int e = MPI_Test(&p.req, &flag, &status);
-            const std::string who = "rank " + std::to_string(me) + (p.send ? ": send to rank " : ": recv from rank ") +
-                                    std::to_string(p.peer);
             if (e != MPI_SUCCESS) {
                 int cls = 0;
-                MPI_Error_class(e, &cls);
+                MPI_CHECK(MPI_Error_class(e, &cls));
                 if (cls == MPI_ERR_TRUNCATE)
-                    throw std::runtime_error(who + ": " + p.what + " has more than " + std::to_string(p.bytes) +
+                    throw std::runtime_error(who(p, me) + ": " + p.what + " has more than " + std::to_string(p.bytes) +
                                              " bytes, the receive buffer " + std::to_string(p.bytes));
                 MPI_CHECK(e);
             }
@@ -241,7 +245,7 @@ void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
                 int got = 0;
                 MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
                 if (std::size_t(got) != p.bytes)
-                    throw std::runtime_error(who + ": " + p.what + " has " + std::to_string(got) +
+                    throw std::runtime_error(who(p, me) + ": " + p.what + " has " + std::to_string(got) +
                                              " bytes, the receive buffer " + std::to_string(p.bytes));
                 if (p.gpu) pt::copy_bytes(p.gpu, p.staged.data(), p.bytes);
             }
@@ -253,10 +257,17 @@ void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
         std::string error;
         for (Pending& p : ops) {
             if (p.req == MPI_REQUEST_NULL) continue;
-            if (error.empty())
-                error = "rank " + std::to_string(me) + (p.send ? ": send to rank " : ": recv from rank ") +
-                        std::to_string(p.peer) + " timed out after " + seconds_text(timeout_s) + " s (" +
-                        (p.send ? "rank " + std::to_string(p.peer) + " did not receive " : "waiting for ") + p.what + ")";
+            if (error.empty()) {
+                error = who(p, me) + " timed out after " + seconds_text(timeout_s) + " s (" +
+                        (p.send ? "rank " + std::to_string(p.peer) + " did not receive " : "waiting for ") + p.what;
+                // MPI matches by tag, so a peer that sent something else leaves it waiting: say what came.
+                int other = 0;
+                MPI_Status status;
+                if (!p.send && p.pipeline && MPI_Iprobe(p.peer, MPI_ANY_TAG, p.comm, &other, &status) == MPI_SUCCESS && other)
+                    error += "; rank " + std::to_string(p.peer) + " sent " + tag_text(status.MPI_TAG) + " instead";
+                error += ")";
+            }
+            // Unchecked: this rank is failing already, and the timeout is the error to report.
             if (!p.send) MPI_Cancel(&p.req);
             MPI_Request_free(&p.req);
         }
@@ -275,9 +286,7 @@ void MpiComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{f
 // one group (a 1F1B steady state sends and receives at once) cannot deadlock, buffered or not.
 void MpiComm::group(const std::vector<P2POp>& ops) {
     const int me = rank();
-    std::vector<Pending> pending(ops.size());
-    for (std::size_t i = 0; i < ops.size(); i++) {
-        const P2POp& op = ops[i];
+    for (const P2POp& op : ops) {   // every op checked before any is posted: none is left behind
         const std::string who = "rank " + std::to_string(me) + (op.send ? ": send to rank " : ": recv from rank ") +
                                 std::to_string(op.peer);
         if (op.peer < 0 || op.peer >= size())
@@ -285,7 +294,12 @@ void MpiComm::group(const std::vector<P2POp>& ops) {
         if (op.tag < 0 || op.tag > world_.tag_ub_)
             throw std::runtime_error(who + ": tag " + std::to_string(op.tag) + " is outside this MPI's tags 0.." +
                                      std::to_string(world_.tag_ub_) + " (MPI_TAG_UB; fewer micro-batches or chunks fit)");
-        post(pending[i], world_.comms_->p2p, me, op.send, op.data, op.bytes, op.peer, op.tag, tag_text(op.tag));
+    }
+    std::vector<Pending> pending(ops.size());
+    for (std::size_t i = 0; i < ops.size(); i++) {
+        post(pending[i], world_.comms_->p2p, me, ops[i].send, ops[i].data, ops[i].bytes, ops[i].peer, ops[i].tag,
+             tag_text(ops[i].tag));
+        pending[i].pipeline = true;
     }
     wait_all(pending, me, world_.timeout_s());
 }

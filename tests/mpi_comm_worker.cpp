@@ -4,7 +4,7 @@
 //
 //   exchange  send/recv, group, a wrong-size receive, allreduce_sum (bitwise against ThreadComm
 //             on the same inputs, computed here in-process) and barrier
-//   timeout   rank 1 receives what rank 0 never sends
+//   timeout   rank 1 waits for F3, which rank 0 never sends (it sends F4)
 //   abort     rank 2 aborts while the others wait for it
 //   exit      rank 1 ends (std::_Exit) while the others wait for it;  kill: it SIGKILLs itself
 #include <signal.h>
@@ -165,6 +165,11 @@ void allreduce(pp::Comm& comm) {
         }
 }
 
+void say(const char* line) {
+    std::printf("%s\n", line);
+    std::fflush(stdout);
+}
+
 double wall_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Nobody leaves the barrier before the last one has entered it (rank N-1 comes 0.3 s late).
@@ -198,14 +203,28 @@ int main(int argc, char** argv) {
                 allreduce(comm);
                 barrier(comm);
             } else if (mode == "timeout") {
-                if (me == 1) comm.recv(buf.data(), buf.size(), 0, pp::transfer_tag(false, 3, 0));
-                if (me == 0) std::this_thread::sleep_for(std::chrono::seconds(30));
+                if (me == 1) {
+                    say("rank 1: receiving F3");
+                    comm.recv(buf.data(), buf.size(), 0, pp::transfer_tag(false, 3, 0));
+                }
+                if (me == 0) {   // sends F4 instead of F3 (a small message: MPI sends it at once), then idles
+                    comm.send(buf.data(), buf.size(), 1, pp::transfer_tag(false, 4, 0));
+                    std::this_thread::sleep_for(std::chrono::seconds(30));
+                }
             } else if (mode == "abort") {
-                if (me == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300)), comm.abort("stage exploded");
-                else comm.recv(buf.data(), buf.size(), 2, 0);
+                if (me == 2) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                    say("rank 2: aborting");
+                    comm.abort("stage exploded");
+                }
+                comm.recv(buf.data(), buf.size(), 2, 0);
             } else if (mode == "exit" || mode == "kill") {
                 comm.barrier();   // everyone is up: now rank 1 goes, mid-exchange
-                if (me == 1) mode == "exit" ? std::_Exit(3) : (void)raise(SIGKILL);
+                if (me == 1) {
+                    say("rank 1: ending");
+                    if (mode == "exit") std::_Exit(3);
+                    raise(SIGKILL);
+                }
                 comm.recv(buf.data(), buf.size(), 1, 0);
             } else {
                 throw std::runtime_error("unknown mode " + mode);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -171,15 +173,14 @@ std::string to_file_name(const std::string& model_name, bool paddle, bool* trans
 
 Checkpoint open_checkpoint_file(const std::string& path) { return index_tensors(path, {st::read(path)}); }
 
-Checkpoint open_checkpoint(const std::string& dir) {
-    if (!fs::is_directory(dir)) fail(dir, "not a model directory");
-    std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
-    if (fs::exists(single)) return open_checkpoint_file(single);
-    if (!fs::exists(index))
-        fail(dir, std::string("no model.safetensors or model.safetensors.index.json") +
-                      (fs::exists(dir + "/model_state.pdparams")
-                           ? " (model_state.pdparams: convert it with scripts/convert_checkpoint.py)"
-                           : ""));
+std::vector<st::File> read_tensor_files(const std::string& dir, const std::string& base, std::string* source) {
+    std::string single = dir + "/" + base + ".safetensors", index = single + ".index.json";
+    if (fs::exists(single)) {
+        if (source) *source = single;
+        return {st::read(single)};
+    }
+    if (!fs::exists(index)) return {};
+    if (source) *source = index;
     // Hugging Face's sharded layout: {"metadata": {...}, "weight_map": {tensor: shard file}}.
     json j = parse_json(read_file(index), index);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
@@ -212,11 +213,57 @@ Checkpoint open_checkpoint(const std::string& dir) {
             fail(index, "lists tensor " + name + " in " + shard + ", which does not hold it");
     std::vector<st::File> files;
     for (auto& [shard, f] : shards) files.push_back(std::move(f));
-    return index_tensors(index, std::move(files));
+    return files;
 }
 
-std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict) {
+std::string shard_name(const std::string& base, int k, int n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "-%05d-of-%05d.safetensors", k + 1, n);
+    return base + buf;
+}
+
+void write_shard_index(const std::string& dir, const std::string& base, int n) {
+    json map = json::object();
+    uint64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        st::File f = st::read(dir + "/" + shard_name(base, k, n));
+        for (const st::TensorInfo& t : f.tensors) {
+            map[t.name] = shard_name(base, k, n);
+            total += t.end - t.begin;
+        }
+    }
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+    write_file_atomic(dir + "/" + base + ".safetensors.index.json", index.dump(2) + "\n");
+}
+
+Checkpoint open_checkpoint(const std::string& dir) {
+    if (!fs::is_directory(dir)) fail(dir, "not a model directory");
+    std::string source;
+    std::vector<st::File> files = read_tensor_files(dir, "model", &source);
+    if (files.empty())
+        fail(dir, std::string("no model.safetensors or model.safetensors.index.json") +
+                      (fs::exists(dir + "/model_state.pdparams")
+                           ? " (model_state.pdparams: convert it with scripts/convert_checkpoint.py)"
+                           : ""));
+    return index_tensors(source, std::move(files));
+}
+
+namespace {
+// The part of the model a parameter name belongs to: 0 the embedding, 1 + N block N, -1 the head
+// (pooler, MLM head, classifier). Enough to tell a tensor of another rank's layers from a stray one.
+int part_of(const std::string& model_name) {
+    const std::string block = "ernie.encoder.layer.";
+    if (model_name.rfind("ernie.embeddings.", 0) == 0) return 0;
+    if (model_name.rfind(block, 0) == 0) return 1 + std::atoi(model_name.c_str() + block.size());
+    return -1;
+}
+}  // namespace
+
+std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool partial) {
     std::vector<Problem> out;
+    std::set<int> parts;   // with `partial`, only tensors of these parts can be unexpected
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) parts.insert(part_of(p.name));
     auto error = [&](const std::string& msg) { out.push_back({Problem::error, msg}); };
     bool paddle = c.convention == "paddle", has_embedding = false;
     std::set<std::string> used;
@@ -260,7 +307,7 @@ std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Lay
         for (const st::TensorInfo& t : f.tensors) {
             bool transpose = false;
             std::string m = to_model_name(t.name, paddle, &transpose);
-            if (m.empty() || used.count(m)) continue;
+            if (m.empty() || used.count(m) || (partial && !parts.count(part_of(m)))) continue;
             // Not a mere leftover: ignoring a task embedding changes every output.
             if (has_embedding && m == "ernie.embeddings.task_type_embeddings.weight")
                 error(f.path + ": holds " + t.name + " but the config has use_task_id false (it would be ignored)");
@@ -274,9 +321,9 @@ std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Lay
     return out;
 }
 
-void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict, bool fresh_ok) {
+void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict, bool fresh_ok, bool partial) {
     Checkpoint c = open_checkpoint(dir);
-    std::vector<Problem> problems = check_checkpoint(c, layers, strict);
+    std::vector<Problem> problems = check_checkpoint(c, layers, strict, partial);
     for (Problem& p : problems)
         if (p.kind == Problem::note && !fresh_ok)
             p = {Problem::error, p.message.substr(0, p.message.find("; keeping")) +
@@ -301,8 +348,7 @@ void load_weights(const std::string& dir, const std::vector<Layer*>& layers, boo
         }
 }
 
-void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
-                       const std::vector<Layer*>& layers, const std::string& format) {
+void write_weights(const std::string& path, const std::vector<Layer*>& layers, const std::string& format) {
     if (format != "hf" && format != "paddle")
         throw std::runtime_error("--format: expected hf or paddle, got \"" + format + "\"");
     bool paddle = format == "paddle";
@@ -317,11 +363,22 @@ void write_model_files(const std::string& dir, const ModelConfig& cfg, const std
             if (transpose) w.add_f32(name, reversed(p.shape), transposed(src, size_t(p.shape[0]), size_t(p.shape[1])).data());
             else w.add_f32(name, p.shape, src);
         }
+    w.write(path);
+}
+
+void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines) {
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
     write_file_atomic(dir + "/config.json", cfg.to_json_string());
     write_file_atomic(dir + "/vocab.txt", vocab);
-    w.write(dir + "/model.safetensors");
+}
+
+void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
+                       const std::vector<Layer*>& layers, const std::string& format) {
+    if (format != "hf" && format != "paddle")
+        throw std::runtime_error("--format: expected hf or paddle, got \"" + format + "\"");
+    write_model_info(dir, cfg, vocab_lines);
+    write_weights(dir + "/model.safetensors", layers, format);
 }
 
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
@@ -350,7 +407,7 @@ ModelConfig load_model_config(const std::string& dir) {
         std::error_code ec;
         for (const auto& e : fs::directory_iterator(dir, ec)) {
             std::string f = e.path().filename().string();
-            if (f.size() > 12 && f.compare(f.size() - 12, 12, ".safetensors") == 0 && f != "optimizer.safetensors")
+            if (f.size() > 12 && f.compare(f.size() - 12, 12, ".safetensors") == 0 && f.rfind("optimizer", 0) != 0)
                 bytes += e.file_size(ec);
         }
         double C = c.hidden_size, I = c.intermediate_size;

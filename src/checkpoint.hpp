@@ -25,6 +25,10 @@ namespace pt {
 // PaddleNLP's ErnieConfig reads as well).
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                     const std::vector<Layer*>& layers, const std::string& format = "hf");
+// The pieces of a model directory, each written atomically into an existing (staging) directory:
+// config.json and vocab.txt; one weights file (the whole model, or one shard of it).
+void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines);
+void write_weights(const std::string& path, const std::vector<Layer*>& layers, const std::string& format = "hf");
 // The same three files written into an existing (staging) directory, each atomically.
 void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                        const std::vector<Layer*>& layers, const std::string& format = "hf");
@@ -33,7 +37,20 @@ void write_model_files(const std::string& dir, const ModelConfig& cfg, const std
 // is a one-line error naming it with the expected and found shapes; unexpected tensors are
 // listed on stderr as a warning (an error when strict). Missing optional parameters keep their
 // values (one note line on stderr), unless !fresh_ok: evaluating a classifier without its head.
-void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false, bool fresh_ok = true);
+// `partial`: the layers are one pipeline rank's part of the model, so the tensors of the other
+// parts are expected, not reported.
+void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false, bool fresh_ok = true,
+                  bool partial = false);
+
+// Hugging Face's sharded layout, for any set of tensors `base` ("model", "optimizer"):
+// dir/BASE.safetensors, else the shards dir/BASE.safetensors.index.json lists, checked against it
+// (a missing shard, a tensor in another shard than the index says: a one-line error). Empty when
+// neither exists; *source names what was read.
+std::vector<st::File> read_tensor_files(const std::string& dir, const std::string& base, std::string* source = nullptr);
+// "model-00002-of-00004.safetensors" for k = 1, n = 4 (k counted from 0).
+std::string shard_name(const std::string& base, int k, int n);
+// dir/BASE.safetensors.index.json for the n shards already in dir, read back for their tensor names.
+void write_shard_index(const std::string& dir, const std::string& base, int n);
 
 // dir/config.json, else dir/model_config.json (PaddleNLP), after verify_dir(dir): a sealed
 // directory whose files differ from its manifest is refused, naming the file.
@@ -74,7 +91,8 @@ struct Problem {
     enum Kind { error, warning, note } kind;
     std::string message;
 };
-std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict);
+std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict,
+                                      bool partial = false);
 
 std::string shape_str(const std::vector<int64_t>& shape);   // "[3, 16]"
 

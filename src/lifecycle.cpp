@@ -172,8 +172,10 @@ void verify_dir(const std::string& dir) {
     verified.insert(key);
 }
 
+std::string staging_path(const std::string& target) { return parent_of(target) + "/" + kStaging + name_of(target); }
+
 std::string stage_dir(const std::string& target) {
-    std::string staging = parent_of(target) + "/" + kStaging + name_of(target);
+    std::string staging = staging_path(target);
     std::error_code ec;
     fs::remove_all(staging, ec);
     if (!fs::create_directory(staging, ec) || ec)

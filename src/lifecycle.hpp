@@ -41,6 +41,8 @@ void verify_dir(const std::string& dir);
 
 // A fresh, empty OUT/.tmp-NAME for target OUT/NAME (a leftover one is removed first).
 std::string stage_dir(const std::string& target);
+// The name stage_dir gives it, made by nothing: where the other ranks write their shards.
+std::string staging_path(const std::string& target);
 // Seals staging (unless it is sealed already) and makes it target in one atomic step; an existing
 // target goes to the trash.
 void commit_dir(const std::string& staging, const std::string& target);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -29,11 +30,13 @@
 #include "src/nccl_comm.hpp"
 #endif
 #include "src/interrupt.hpp"
+#include "src/mpi_comm.hpp"
 #include "src/io.hpp"
 #include "src/json.hpp"
 #include "src/lifecycle.hpp"
 #include "src/safetensors.hpp"
 #include "src/stage.hpp"
+#include "src/step.hpp"
 #include "src/tokenizer.hpp"
 #include "src/trainer_state.hpp"
 #include "src/watchdog.hpp"
@@ -333,126 +336,225 @@ double lr_at(int step, int steps, int warmup, double lr) {
     return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
-// Slot of each parameter tensor in the model-order list of per-tensor partial norms. A fixed
-// number of slots per layer lets every rank fill its own without knowing the others.
-constexpr int kSlotsPerLayer = 32;
-
-struct Optimizer {   // AdamW moments, one flat buffer per layer like the parameters
-    std::vector<Buf> m, v;
-    void to(Device d) {
-        for (Buf& b : m) move_to(b, d);
-        for (Buf& b : v) move_to(b, d);
-    }
-};
-
-// What the rank threads share; run_rank runs the steps of one of them.
+// What a process knows of the run. The ranks r = d*P + p are threads of this process (all of them),
+// or with --comm mpi one rank per process (this one); everything between ranks goes through
+// pp::Comm, so the same run_rank serves both.
 struct World {
     const Setup* setup = nullptr;
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
     int start_step = 0, save_every = 0, keep = 2;   // --resume, --save-every, --keep
     Device device;                                     // --device: rank r on GPU (index + r) mod count
     int gpus = 0;
-    std::string out, save_format = "hf";
+    bool processes = false;                            // one rank per process (MPI)
+    int local_rank = 0;                                // with processes: this rank's place on its node
+    std::string out, save_format = "hf", resume;
     nlohmann::json state;                              // trainer_state.json: what an exact resume needs
     double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
     pp::Schedule schedule;
-    std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
-    std::vector<Optimizer> optim;
+    std::vector<std::vector<std::vector<int>>> split;  // [p][chunk] = model layer indices
+    std::vector<int> owner;                            // [layer] = the pipeline rank that holds it
+    Recompute recompute = Recompute::none;
+    RunOptions run_opt;
+    // [rank]: the stages and AdamW moments of this process's ranks; null for another process's.
+    std::vector<std::unique_ptr<TransformerStage>> stages;
+    std::vector<std::unique_ptr<Optimizer>> optim;
     std::string dump_grads;
-    // measured per step, read by rank 0 for the progress line
-    std::vector<double> busy_us, span_us;
-    std::vector<std::vector<pp::Event>> timelines;
+    bool trace = false;
+    // Known on rank 0 after the run: its results, for train_main to print.
     double last_loss = 0;
-    int stopped_at = 0;                                // a signal stopped the run after this step (0: none did)
+    std::vector<double> peak_stash;                    // [p] bytes, replica 0
+    std::vector<pp::Event> trace_events;               // every rank's last step, on rank 0's clock
+    double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
+    EvalResult final_eval;
+    bool evaluated = false;
+    std::atomic<int> stopped_at{0};                    // a signal stopped the run after this step (0: none did)
     Clock::time_point origin = Clock::now();
-    std::mutex mu;
     st::Writer grads_dump;
 };
 
-// The word embedding's two copies on this rank: the embedding layer's (pipeline rank 0) and the
-// MLM head's decoder (the last rank); null where this rank holds neither. `peer` is the rank
-// that holds the other copy when they live apart.
-struct TiedCopies {
-    float* emb = nullptr;
-    float* head = nullptr;
-    size_t n = 0;
-    int peer = -1;
-};
-TiedCopies tied_copies(World& w, TransformerStage& stage, int d, bool grads) {
-    TiedCopies t;
-    Layer* emb = stage.layer(0);
-    Layer* head = stage.layer(w.setup->cfg.num_hidden_layers + 1);
-    const ParamInfo* tied = head ? tied_param(*head) : nullptr;
-    if (w.setup->cfg.num_labels > 0 || (!emb && !tied)) return t;   // a classifier ties nothing
-    t.n = size_t(w.setup->cfg.vocab_size) * w.setup->cfg.hidden_size;
-    if (emb) t.emb = (grads ? emb->grads : emb->params).data() + emb->params_info[0].offset;
-    if (tied) t.head = (grads ? head->grads : head->params).data() + tied->offset;
-    if (!t.emb || !t.head) t.peer = t.emb ? d * w.P + w.P - 1 : d * w.P;
-    return t;
+// Rank r's stage and AdamW moments, on the host: initialized from the seed, or loaded from --model
+// or --resume. Each rank reads only its own layers' tensors.
+void make_rank(World& w, int rank) {
+    const Setup& s = *w.setup;
+    w.stages[rank] = std::make_unique<TransformerStage>(s.cfg, w.split[rank % w.P], w.recompute, w.run_opt);
+    w.optim[rank] = std::make_unique<Optimizer>(*w.stages[rank]);
+    std::vector<Layer*> layers = w.stages[rank]->layers();
+    if (s.model_dir.empty())
+        for (Layer* l : layers) l->init(s.seed, 0.02f);
+    else
+        load_weights(s.model_dir, layers, false, true, /*partial=*/w.P > 1);
+    if (w.resume.empty()) return;
+    // The AdamW moments: DIR/optimizer.safetensors, or its shards (one per pipeline rank that saved it).
+    std::string source;
+    std::vector<st::File> files = read_tensor_files(w.resume, "optimizer", &source);
+    if (files.empty())
+        throw std::runtime_error(w.resume + ": no optimizer.safetensors or optimizer.safetensors.index.json "
+                                 "(a checkpoint of --save-every has the AdamW moments)");
+    Optimizer& opt = *w.optim[rank];
+    for (size_t li = 0; li < layers.size(); li++)
+        for (const ParamInfo& pi : layers[li]->params_info) {
+            std::string name = pi.tied ? "ernie.embeddings.word_embeddings.weight" : pi.name;
+            for (auto [suffix, buf] : {std::pair{".exp_avg", &opt.m[li]}, {".exp_avg_sq", &opt.v[li]}}) {
+                const st::File* f = nullptr;
+                for (const st::File& file : files) f = f ? f : file.find(name + suffix) ? &file : nullptr;
+                if (!f) throw std::runtime_error(source + ": no tensor " + name + suffix);
+                std::vector<float> x = f->to_f32(name + suffix);
+                if (x.size() != pi.numel) throw std::runtime_error(f->path + ": " + name + suffix + " has the wrong size");
+                // A NaN or infinite moment, or a negative mean of squares, would surface steps
+                // later as "training diverged"; a second moment is a mean of squares.
+                bool second = std::string(suffix) == ".exp_avg_sq";
+                for (float m : x)
+                    if (!std::isfinite(m) || (second && m < 0))
+                        throw std::runtime_error(f->path + ": " + name + suffix + " holds " +
+                                                 (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
+                                                 (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
+                std::copy(x.begin(), x.end(), buf->vec().begin() + long(pi.offset));
+            }
+        }
 }
 
-// Where the copies live apart, ranks 0 and P-1 swap theirs: the peer's lands in `other`, and
-// both pointers of `t` are valid afterwards.
-void fetch_peer_copy(pp::Comm& comm, TiedCopies& t, Buf& other, int tag) {
-    if (t.peer < 0) return;
-    other.resize(t.n);
-    float* mine = t.emb ? t.emb : t.head;
-    comm.group({{true, mine, t.n * sizeof(float), t.peer, tag}, {false, other.data(), t.n * sizeof(float), t.peer, tag}});
-    (t.emb ? t.head : t.emb) = other.data();
-}
-
-// The tied gradient is embedding + head, added in that order wherever the copies live, so one
-// device and any pipeline get the same bits.
-void tied_sum(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
-    TiedCopies t = tied_copies(w, stage, d, true);
-    if (t.n == 0) return;
-    Buf other;
-    fetch_peer_copy(comm, t, other, 9001);
-    dev::accumulate(t.emb, t.head, int(t.n));
-    copy_bytes(t.head, t.emb, t.n * sizeof(float));
-}
-
-// After the update both copies must hold the same bits: the proof that tying is exact.
-void check_tied(World& w, pp::Comm& comm, TransformerStage& stage, int d) {
-    TiedCopies t = tied_copies(w, stage, d, false);
-    if (t.n == 0) return;
-    Buf other;
-    fetch_peer_copy(comm, t, other, 9002);
-    std::vector<float> a(t.n), b(t.n);   // compared on the host: a GPU's copies are read back
-    copy_bytes(a.data(), t.emb, t.n * sizeof(float)), copy_bytes(b.data(), t.head, t.n * sizeof(float));
-    if (std::memcmp(a.data(), b.data(), t.n * sizeof(float)) != 0)
-        throw std::runtime_error("tied word embedding copies differ after the optimizer step");
-}
-
-std::vector<Layer*> replica_layers(World& w) {   // replica 0, model order
+// Replica 0's layers in model order, on rank 0, for an evaluation, a save or --dump-grads (`grads`:
+// their gradients). Rank 0 reads the layers of its own process's ranks where they are; every other
+// rank of replica 0 sends its layers, which land in fresh layers that `held` keeps. Every rank
+// calls it; it returns nothing on the others. Rank 0 thus holds one copy of the model.
+std::vector<Layer*> gather_replica(World& w, pp::Comm& comm, int rank, bool grads, std::vector<std::unique_ptr<Layer>>& held) {
     std::vector<Layer*> all;
-    for (int i = 0; i < num_model_layers(w.setup->cfg); i++)
-        for (int r = 0; r < w.P; r++)
-            if (Layer* l = w.stages[r]->layer(i)) all.push_back(l);
+    bool with_root = w.stages[0] != nullptr;   // rank 0 runs in this process
+    for (int i = 0; i < num_model_layers(w.setup->cfg); i++) {
+        int owner = w.owner[i];
+        if (with_root && w.stages[owner]) {
+            if (rank == 0) all.push_back(w.stages[owner]->layer(i));
+        } else if (rank == owner) {
+            Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
+            comm.send(b.data(), b.size() * sizeof(float), 0, 9100 + i);
+        } else if (rank == 0) {
+            held.push_back(make_layer(w.setup->cfg, i));
+            Buf& b = grads ? held.back()->grads : held.back()->params;
+            comm.recv(b.data(), b.size() * sizeof(float), owner, 9100 + i);
+            all.push_back(held.back().get());
+        }
+    }
     return all;
 }
 
-// OUT/checkpoint-<step>/: the model directory, the AdamW moments (optimizer.safetensors, under
-// "<parameter>.exp_avg" / ".exp_avg_sq") and trainer_state.json, written into OUT/.tmp-checkpoint-N,
-// sealed by a manifest and committed in one step (src/lifecycle.hpp). Only the last `keep`
-// checkpoints are kept; older ones go through the trash.
-void save_checkpoint(World& w, int step) {
+// Rank 0 gets every rank's bytes (its own included), in rank order; the others send theirs.
+std::vector<std::string> gather_bytes(pp::Comm& comm, int rank, const std::string& mine, int tag) {
+    std::vector<std::string> all;
+    if (rank != 0) {
+        uint64_t n = mine.size();
+        comm.send(&n, sizeof n, 0, tag);
+        comm.send(mine.data(), n, 0, tag + 1);
+        return all;
+    }
+    all.push_back(mine);
+    for (int r = 1; r < comm.size(); r++) {
+        uint64_t n = 0;
+        comm.recv(&n, sizeof n, r, tag);
+        std::string bytes(n, '\0');
+        comm.recv(bytes.data(), n, r, tag + 1);
+        all.push_back(std::move(bytes));
+    }
+    return all;
+}
+
+// A timeline as bytes, to travel to rank 0: per event rank, op, micro-batch, chunk, comm, start,
+// end, and the detail's length and text.
+std::string pack_events(const std::vector<pp::Event>& events) {
+    std::string out;
+    auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+    for (const pp::Event& e : events) {
+        int32_t ints[5] = {e.rank, int32_t(e.action.op), e.action.microbatch, e.action.chunk, e.comm};
+        uint32_t len = uint32_t(e.detail.size());
+        put(ints, sizeof ints), put(&e.start, sizeof e.start), put(&e.end, sizeof e.end), put(&len, sizeof len);
+        put(e.detail.data(), len);
+    }
+    return out;
+}
+
+std::vector<pp::Event> unpack_events(const std::string& bytes) {
+    std::vector<pp::Event> events;
+    size_t at = 0;
+    auto get = [&](void* p, size_t n) {
+        if (at + n > bytes.size()) throw std::runtime_error("--trace: a rank sent a truncated timeline");
+        std::memcpy(p, bytes.data() + at, n), at += n;
+    };
+    while (at < bytes.size()) {
+        pp::Event e;
+        int32_t ints[5];
+        uint32_t len = 0;
+        get(ints, sizeof ints), get(&e.start, sizeof e.start), get(&e.end, sizeof e.end), get(&len, sizeof len);
+        e.rank = ints[0], e.action = {pp::Op(ints[1]), ints[2], ints[3]}, e.comm = ints[4] != 0;
+        e.detail.resize(len);
+        get(e.detail.data(), len);
+        events.push_back(std::move(e));
+    }
+    return events;
+}
+
+// This rank's clock minus rank 0's, in µs of the w.origin axis (Cristian's method): the rank sends
+// its time, rank 0 answers with its own, and of 16 round trips the shortest is believed, with rank
+// 0's answer assumed halfway through it. So the offset is off by at most half that round trip,
+// returned in *error_us. Ranks in rank 0's process share its clock and origin: 0, exactly.
+double clock_offset_us(World& w, pp::Comm& comm, int rank, double* error_us) {
+    const int rounds = 16, tag = 9300;
+    auto now = [&] { return std::chrono::duration<double, std::micro>(Clock::now() - w.origin).count(); };
+    *error_us = 0;
+    if (rank == 0) {
+        for (int r = 1; r < comm.size(); r++)
+            for (int k = 0; k < rounds && !w.stages[r]; k++) {
+                double t = 0;
+                comm.recv(&t, sizeof t, r, tag);
+                t = now();
+                comm.send(&t, sizeof t, r, tag);
+            }
+        return 0;
+    }
+    if (w.stages[0]) return 0;
+    double offset = 0, best = 1e300;
+    for (int k = 0; k < rounds; k++) {
+        double t1 = now(), t0 = 0;
+        comm.send(&t1, sizeof t1, 0, tag);
+        comm.recv(&t0, sizeof t0, 0, tag);
+        double t2 = now();
+        if (t2 - t1 < best) best = t2 - t1, offset = t0 - (t1 + t2) / 2;
+    }
+    *error_us = best / 2;
+    return offset;
+}
+
+// OUT/checkpoint-<step>/: the model directory, the AdamW moments (under "<parameter>.exp_avg" /
+// ".exp_avg_sq") and trainer_state.json, written into OUT/.tmp-checkpoint-N, sealed by a manifest
+// and committed in one step (src/lifecycle.hpp). With P > 1 every pipeline rank of replica 0 writes
+// its own layers, as one shard of Hugging Face's sharded layout (model-0000k-of-0000P.safetensors,
+// optimizer-0000k-of-0000P.safetensors, and an index for each). Rank 0 commits once every shard is
+// written: a crash of any rank before leaves an unsealed staging directory, which loads nowhere and
+// the next start removes. Only the last `keep` checkpoints are kept; older ones go through the trash.
+void save_checkpoint(World& w, pp::Comm& comm, int rank, int step) {
     auto t0 = Clock::now();
-    std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = stage_dir(dir);
-    write_model_files(tmp, w.setup->cfg, w.setup->vocab, replica_layers(w), w.save_format);
-    pp::beat();   // a save of a large model is progress for the watchdog, file by file
-    st::Writer opt;
-    for (int p = 0; p < w.P; p++) {   // replica 0: every replica holds the same moments
-        std::vector<Layer*> layers = w.stages[p]->layers();
+    std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = staging_path(dir);
+    if (rank == 0) stage_dir(dir);
+    comm.barrier();   // the staging directory exists
+    if (rank < w.P) {
+        TransformerStage& stage = *w.stages[rank];
+        Optimizer& opt = *w.optim[rank];
+        bool sharded = w.P > 1;
+        write_weights(tmp + "/" + (sharded ? shard_name("model", rank, w.P) : "model.safetensors"), stage.layers(), w.save_format);
+        pp::beat();   // a save of a large model is progress for the watchdog, file by file
+        st::Writer moments;
+        std::vector<Layer*> layers = stage.layers();
         for (size_t li = 0; li < layers.size(); li++)
             for (const ParamInfo& pi : layers[li]->params_info) {
                 if (pi.tied) continue;   // the same moments as the word embedding's
-                opt.add_f32(pi.name + ".exp_avg", pi.shape, w.optim[p].m[li].data() + pi.offset);
-                opt.add_f32(pi.name + ".exp_avg_sq", pi.shape, w.optim[p].v[li].data() + pi.offset);
+                moments.add_f32(pi.name + ".exp_avg", pi.shape, opt.m[li].data() + pi.offset);
+                moments.add_f32(pi.name + ".exp_avg_sq", pi.shape, opt.v[li].data() + pi.offset);
             }
+        moments.write(tmp + "/" + (sharded ? shard_name("optimizer", rank, w.P) : "optimizer.safetensors"));
+        pp::beat();
     }
-    opt.write(tmp + "/optimizer.safetensors");
-    pp::beat();
+    comm.barrier();   // every shard is written (each write is fsynced)
+    if (rank != 0) return;
+    write_model_info(tmp, w.setup->cfg, w.setup->vocab);
+    if (w.P > 1) write_shard_index(tmp, "model", w.P), write_shard_index(tmp, "optimizer", w.P);
     nlohmann::json state = w.state;
     state["step"] = step;
     write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
@@ -480,14 +582,14 @@ void save_checkpoint(World& w, int step) {
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
 // DIR/trainer_state.json, read once (src/trainer_state.hpp): its settings default the flags
-// (resume_defaults), then must match the run (load_resume_state).
+// (resume_defaults), then must match the run (check_resume_state).
 nlohmann::json read_trainer_state(const std::string& dir) {
     verify_dir(dir);   // a sealed checkpoint is checked whole before any of it is believed
     std::string path = dir + "/trainer_state.json";
     return parse_trainer_state(read_file(path), path);
 }
 
-void load_resume_state(World& w, const std::string& dir, const nlohmann::json& saved) {
+void check_resume_state(World& w, const std::string& dir, const nlohmann::json& saved) {
     for (const auto& [key, value] : w.state.items())
         if (!saved.contains(key) || saved[key] != value)
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
@@ -495,33 +597,12 @@ void load_resume_state(World& w, const std::string& dir, const nlohmann::json& s
     if (saved["step"].get<int64_t>() > w.steps)
         throw std::runtime_error("--steps: the checkpoint is at step " + saved["step"].dump());
     w.start_step = saved["step"].get<int>();
-    st::File f = st::read(dir + "/optimizer.safetensors");
-    for (size_t r = 0; r < w.stages.size(); r++) {
-        std::vector<Layer*> layers = w.stages[r]->layers();
-        for (size_t li = 0; li < layers.size(); li++)
-            for (const ParamInfo& pi : layers[li]->params_info) {
-                std::string name = pi.tied ? "ernie.embeddings.word_embeddings.weight" : pi.name;
-                for (auto [suffix, buf] : {std::pair{".exp_avg", &w.optim[r].m[li]}, {".exp_avg_sq", &w.optim[r].v[li]}}) {
-                    std::vector<float> x = f.to_f32(name + suffix);
-                    if (x.size() != pi.numel)
-                        throw std::runtime_error(f.path + ": " + name + suffix + " has the wrong size");
-                    // A NaN or infinite moment, or a negative mean of squares, would surface steps
-                    // later as "training diverged"; a second moment is a mean of squares.
-                    bool second = std::string(suffix) == ".exp_avg_sq";
-                    for (float m : x)
-                        if (!std::isfinite(m) || (second && m < 0))
-                            throw std::runtime_error(f.path + ": " + name + suffix + " holds " +
-                                                     (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
-                                                     (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
-                    std::copy(x.begin(), x.end(), buf->vec().begin() + long(pi.offset));
-                }
-            }
-    }
+    w.resume = dir;   // each rank loads its moments (make_rank)
 }
 
 // --resume DIR: the settings the checkpoint records ("seed", "lr", ... "save-format") are the
 // defaults of the flags of the same names, so a plain `--resume DIR --data F --out O` continues
-// the run; given ones must match them (load_resume_state), except --save-format.
+// the run; given ones must match them (check_resume_state), except --save-format.
 void resume_defaults(Args& a, const nlohmann::json& saved) {
     for (const auto& [key, value] : saved.items())   // the allow-listed keys (read_trainer_state)
         if (key != "step") a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
@@ -529,149 +610,142 @@ void resume_defaults(Args& a, const nlohmann::json& saved) {
 
 Device device_of_rank(const World& w, int rank) {
     Device dev = w.device;
-    if (dev.cuda) dev.index = (dev.index + rank) % w.gpus;
+    if (dev.cuda) dev.index = (dev.index + (w.processes ? w.local_rank : rank)) % w.gpus;
     return dev;
+}
+
+// Rank 0: the step line, from the numbers every rank put in its slots of the step's reduction.
+void print_step(World& w, int step, double loss, float lr, double norm, const std::vector<double>& slots, double elapsed) {
+    const Setup& s = *w.setup;
+    double busy = 0, worst_span = 0;
+    std::string stash;
+    for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + 3r ..] = busy µs, span µs, peak stash bytes
+        busy += slots[1 + 3 * p], worst_span = std::max(worst_span, slots[2 + 3 * p]);
+        w.peak_stash[p] = slots[3 + 3 * p];
+        stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
+    }
+    double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
+    double tok_s = double(step + 1 - w.start_step) * s.B * s.T / std::max(elapsed, 1e-9);
+    std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
+                step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
+                human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
 }
 
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
-    int p = rank % w.P, d = rank / w.P;
+    RankPlace at{w.P, w.D, rank % w.P, rank / w.P};
+    int R = w.P * w.D;
     ops::set_num_threads(w.threads);
     TransformerStage& stage = *w.stages[rank];
-    Optimizer& opt = w.optim[rank];
+    Optimizer& opt = *w.optim[rank];
     // Weights and moments were made on the host; they move to this rank's device for the run,
     // and to the host for a checkpoint or an evaluation (a no-op on the CPU).
     Device mine = device_of_rank(w, rank);
     set_device(mine, rank);
     stage.to(mine);
     opt.to(mine);
-    std::vector<int> pp_group, dp_group;
-    for (int i = 0; i < w.P; i++) pp_group.push_back(d * w.P + i);
-    for (int i = 0; i < w.D; i++) dp_group.push_back(i * w.P + p);
-    std::vector<int> everyone(w.P * w.D);
-    std::iota(everyone.begin(), everyone.end(), 0);
-    pp::Pipeline pipe(w.schedule, w.V, stage, comm, p, pp_group);
+    pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group());
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
-    int n_slots = num_model_layers(s.cfg) * kSlotsPerLayer;
-    for (Layer* l : stage.layers())
-        if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
+    double clock_error = 0, clock_offset = w.trace ? clock_offset_us(w, comm, rank, &clock_error) : 0.0;
     auto t_start = Clock::now();
 
-    // Each phase of a step beats the watchdog, which names the phase if the rank hangs in it.
     for (int step = w.start_step; step < w.steps; step++) {
         pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = !s.examples.empty() ? make_classify_batch(s.examples, step, B, s.special.pad, s.seed)
                        : s.train.empty()    ? s.fixed
                                             : make_batch(s.train, step, B, s.objective, s.special, s.seed);
-        Batch local = global.slice(d * rows_per_replica, rows_per_replica);
+        Batch local = global.slice(at.d * rows_per_replica, rows_per_replica);
         int64_t targets = global.num_targets();
         stage.zero_grads();
-        stage.begin_step(&local, mb_rows, d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
+        stage.begin_step(&local, mb_rows, at.d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
         auto t0 = Clock::now();
         pp::beat("forward/backward");
         pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
-        // Gradients: tied sum, then data-parallel sum, both in a fixed order.
-        pp::beat("tied gradient sum");
-        tied_sum(w, comm, stage, d);
-        pp::beat("data-parallel gradient sum");
-        if (w.D > 1)
-            for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
-        if (!w.dump_grads.empty() && step == 0 && d == 0) {
-            std::lock_guard<std::mutex> lock(w.mu);
-            for (Layer* l : stage.layers()) {
+        // Summed with the loss: whether a signal asked any rank to stop (src/interrupt.hpp), so that
+        // all stop after the same step and save it, and each rank's numbers for the step line (zero
+        // in every other rank's slots, so the sum is the rank's own value, exactly).
+        std::vector<double> slots(1 + 3 * size_t(R), 0.0);
+        slots[0] = interrupt_signal() ? 1.0 : 0.0;
+        for (const pp::Event& e : pipe.timeline())
+            if (!e.comm) slots[1 + 3 * rank] += e.end - e.start;
+        slots[2 + 3 * rank] = span;
+        slots[3 + 3 * rank] = double(stage.peak_stash_bytes());
+        auto dump = [&] {   // step 1's summed gradients, before clipping: rank 0 writes them
+            if (w.dump_grads.empty() || step != 0) return;
+            std::vector<std::unique_ptr<Layer>> held;
+            for (Layer* l : gather_replica(w, comm, rank, true, held)) {
                 std::vector<float> g = l->grads.host();
                 for (const ParamInfo& pi : l->params_info)
                     if (!pi.tied) w.grads_dump.add_f32(pi.name, pi.shape, g.data() + pi.offset);
             }
-        }
-
-        // Global gradient norm from per-tensor float64 partials, summed in model order.
-        pp::beat("gradient norm");
-        std::vector<double> partial(n_slots, 0.0);
-        for (Layer* l : stage.layers())
-            for (size_t i = 0; i < l->params_info.size(); i++) {
-                const ParamInfo& pi = l->params_info[i];
-                if (!pi.tied) partial[l->index() * kSlotsPerLayer + i] = dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
-            }
-        comm.allreduce_sum(partial.data(), partial.size(), pp_group);
-        double sumsq = 0;
-        for (double x : partial) sumsq += x;
-        double norm = std::sqrt(sumsq);
-        // Every rank knows the norm, so all stop together, before the update spreads the NaN.
-        if (!std::isfinite(norm))
-            throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " + (std::isnan(norm) ? "NaN" : "infinite") +
-                                     ": training diverged (lower --lr); nothing saved after the last checkpoint");
-        float coef = norm > w.clip ? float(w.clip / (norm + 1e-6)) : 1.0f;
+            comm.barrier();   // rank 0 may read the gradients of its process's ranks: before they are clipped
+        };
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
-        pp::beat("optimizer");
-        for (size_t li = 0; li < stage.layers().size(); li++) {
-            Layer* l = stage.layers()[li];
-            if (coef != 1.0f) dev::scale(l->grads.data(), coef, int(l->grads.size()));
-            for (const ParamInfo& pi : l->params_info)
-                dev::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + pi.offset, opt.v[li].data() + pi.offset,
-                                  l->grads.data() + pi.offset, int64_t(pi.numel), lr, 0.9f, 0.999f, 1e-8f,
-                                  pi.decay ? float(w.weight_decay) : 0.0f, step + 1);
-        }
-        pp::beat("tied copies check");
-        check_tied(w, comm, stage, d);
-
-        // Loss of the global batch, and whether a signal asked any rank to stop (src/interrupt.hpp),
-        // known on every rank in the same reduction: all stop after the same step, and save it.
-        pp::beat("loss");
-        double reduced[2] = {stage.loss_sum(), interrupt_signal() ? 1.0 : 0.0};
-        comm.allreduce_sum(reduced, 2, everyone);
-        double loss_sum = reduced[0];
-        bool stop = reduced[1] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
-        {
-            std::lock_guard<std::mutex> lock(w.mu);
-            w.busy_us[rank] = 0;
-            for (const pp::Event& e : pipe.timeline())
-                if (!e.comm) w.busy_us[rank] += e.end - e.start;
-            w.span_us[rank] = span;
-            w.timelines[rank] = pipe.timeline();
-        }
+        StepOutcome o = finish_step(comm, stage, opt, s.cfg, at, {step, lr, w.clip, w.weight_decay}, &slots, dump);
+        bool stop = slots[0] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
         bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
         bool save_now = stop || (w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps));
-        if (eval_now || save_now) stage.to(Device{}), opt.to(Device{});
-        synchronize();
-        pp::beat("barrier");
-        comm.barrier();
-        if (rank == 0) {
-            set_device(Device{});   // evaluate and save on the host
-            double loss = targets ? loss_sum / double(targets) : 0.0;
-            w.last_loss = loss;
-            double busy = 0, worst_span = 0;
-            for (int r = 0; r < w.P; r++) busy += w.busy_us[r], worst_span = std::max(worst_span, w.span_us[r]);
-            double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
-            double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-            double tok_s = double(step + 1 - w.start_step) * B * s.T / std::max(elapsed, 1e-9);
-            std::string stash;
-            for (int r = 0; r < w.P; r++) stash += (r ? "/" : "") + human_bytes(double(w.stages[r]->peak_stash_bytes()));
-            std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
-                        step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
-                        human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
-            if (eval_now) {
-                // Every rank waits at the barrier below while rank 0 runs replica 0's layers.
-                pp::beat("evaluation");
-                EvalResult ev = evaluate(replica_layers(w), s.eval, s.objective == Objective::causal);
+        if (eval_now || save_now) {
+            stage.to(Device{}), opt.to(Device{});   // evaluate and save on the host
+            synchronize();
+            pp::beat("barrier");
+            comm.barrier();   // rank 0 may read its process's other ranks' layers from here
+        }
+        if (rank == 0) {   // printed just before the save: a step line is followed by its checkpoint
+            w.last_loss = targets ? o.loss_sum / double(targets) : 0.0;
+            print_step(w, step, w.last_loss, lr, o.norm, slots, std::chrono::duration<double>(Clock::now() - t_start).count());
+        }
+        if (eval_now) {
+            pp::beat("evaluation");
+            std::vector<std::unique_ptr<Layer>> held;
+            std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
+            if (rank == 0) {
+                set_device(Device{});
+                EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
                 if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
                 else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
                 else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
+                set_device(mine, rank);
             }
-            if (save_now) pp::beat("checkpoint"), save_checkpoint(w, step + 1);
-            if (stop) w.stopped_at = step + 1;
-            std::fflush(stdout);
-            set_device(mine, rank);
         }
+        if (save_now) pp::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
+        if (stop && !w.stopped_at) w.stopped_at = step + 1;
+        if (rank == 0) std::fflush(stdout);   // the step line with its checkpoint line, once it is committed
         pp::beat("barrier");
         comm.barrier();
         if (stop) break;
         if (eval_now || save_now) stage.to(mine), opt.to(mine);
     }
-    stage.to(Device{});   // the caller saves and evaluates on the host
+    stage.to(Device{});   // the end: save and evaluate on the host
+    synchronize();
+    if (w.trace) {   // the last step of every rank, on rank 0's clock
+        std::vector<pp::Event> events = pipe.timeline();
+        for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
+        std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), 9200);
+        std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), 9202);
+        for (size_t r = 0; r < all.size(); r++) {
+            std::vector<pp::Event> e = unpack_events(all[r]);
+            w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());
+            double err = 0;
+            std::memcpy(&err, errors[r].data(), std::min(sizeof err, errors[r].size()));
+            w.clock_error_us = std::max(w.clock_error_us, err);
+        }
+    }
+    if (w.stopped_at) return;
+    // The final model, from rank 0 (one copy of the model there), and its evaluation.
+    comm.barrier();   // every rank's layers are on the host
+    std::vector<std::unique_ptr<Layer>> held;
+    std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
+    if (rank == 0) {
+        set_device(Device{});
+        save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
+        // After the last step a signal skips only the evaluation: the run is complete.
+        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal), w.evaluated = true;
+    }
+    comm.barrier();   // rank 0 has read the other ranks of its process
 }
 
 // A word for a POSIX shell: as it is when that is safe, else in single quotes.
@@ -700,16 +774,16 @@ std::string continue_command(const std::string& program, const std::vector<std::
     return cmd;
 }
 
-}  // namespace
-
 // ---- pipetrain train ------------------------------------------------------------------------
 
-int train_main(const std::vector<std::string>& argv, const std::string& program) {
-    Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
-                  "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
-                  "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
-                  "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
-                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
+// The run, in every process: all ranks as threads (mpi null), or this process's rank of an MPI job.
+int train(Args& a, const std::vector<std::string>& argv, const std::string& program, pp::MpiWorld* mpi) {
+    int rank = 0;
+#ifdef PIPETRAIN_MPI
+    if (mpi) rank = mpi->rank();
+#endif
+    bool root = rank == 0;   // rank 0 prints, owns --out and writes what is not a shard
+    std::string comm_name = a.str("--comm", "auto");
     nlohmann::json saved_state = a.has("--resume") ? read_trainer_state(a.str("--resume")) : nlohmann::json();
     if (a.has("--resume")) resume_defaults(a, saved_state);
     World w;
@@ -721,6 +795,14 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
         throw std::runtime_error("--save-format: expected hf or paddle, got \"" + w.save_format + "\"");
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
+#ifdef PIPETRAIN_MPI
+    if (mpi && mpi->size() != w.P * w.D) {   // every process sees it: rank 0 says it, all exit
+        if (!root) return 1;
+        std::fprintf(stderr, "pipetrain train: --stages %d × --dp %d = %d ranks, but the launcher started %d processes "
+                     "(mpirun -np %d)\n", w.P, w.D, w.P * w.D, mpi->size(), w.P * w.D);
+        return 1;
+    }
+#endif
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
     w.V = int(a.integer("--chunks", 1, 1, 64));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
@@ -739,42 +821,32 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
     if (s.B % (w.D * w.M) != 0)
         throw std::runtime_error("--batch: " + std::to_string(s.B) + " is not divisible by --dp × --micro-batches = " +
                                  std::to_string(w.D * w.M));
-    Recompute recompute = parse_recompute(a.str("--recompute", "none"));
+    w.recompute = parse_recompute(a.str("--recompute", "none"));
     std::string sched_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
     w.schedule = make_schedule(sched_name, w.P, w.M, w.V);
     pp::validate(w.schedule);
     w.device = parse_device(a.str("--device", "cpu"));
     w.gpus = w.device.cuda ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
-    auto split = split_layers(layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T, w.device), w.P, w.V);
+    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T, w.device);
+#ifdef PIPETRAIN_MPI
+    // Measured times differ from process to process: every rank takes rank 0's, so all split alike.
+    if (mpi) mpi->broadcast(costs.cost.data(), costs.cost.size() * sizeof(double), 0);
+#endif
+    w.split = split_layers(costs, w.P, w.V);
+    w.owner.assign(num_model_layers(s.cfg), 0);
+    for (int p = 0; p < w.P; p++)
+        for (const auto& chunk : w.split[p])
+            for (int l : chunk) w.owner[l] = p;
 
     std::string dtype = a.str("--dtype", "fp32");
     if (dtype != "fp32" && dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + dtype + "\"");
-    RunOptions opt;
-    opt.train = true, opt.causal = s.objective == Objective::causal, opt.seed = s.seed, opt.bf16 = dtype == "bf16";
-    opt.hidden_dropout = s.cfg.hidden_dropout_prob, opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
-    for (int d = 0; d < w.D; d++) {
-        std::vector<Layer*> layers;   // replica d
-        for (int p = 0; p < w.P; p++) {
-            w.stages.push_back(std::make_unique<TransformerStage>(s.cfg, split[p], recompute, opt));
-            Optimizer& o = w.optim.emplace_back();
-            for (Layer* l : w.stages.back()->layers()) {
-                layers.push_back(l);
-                o.m.emplace_back(l->params.size()), o.v.emplace_back(l->params.size());
-            }
-        }
-        if (s.model_dir.empty()) {
-            for (Layer* l : layers) l->init(s.seed, 0.02f);
-        } else {
-            load_weights(s.model_dir, layers);
-        }
-    }
+    w.run_opt.train = true, w.run_opt.causal = s.objective == Objective::causal, w.run_opt.seed = s.seed;
+    w.run_opt.bf16 = dtype == "bf16";
+    w.run_opt.hidden_dropout = s.cfg.hidden_dropout_prob, w.run_opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
     int R = w.P * w.D;
     // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
-    // ThreadComm (host copies, or device-to-device copies on a GPU).
-    std::string comm_name = a.str("--comm", "auto");
-    if (comm_name != "auto" && comm_name != "thread" && comm_name != "nccl")
-        throw std::runtime_error("--comm: expected auto, thread or nccl, got \"" + comm_name + "\"");
-    bool nccl_possible = w.device.cuda && R > 1 && R <= w.gpus;
+    // ThreadComm (host copies, or device-to-device copies on a GPU); processes through MPI.
+    bool nccl_possible = w.device.cuda && R > 1 && (mpi || R <= w.gpus);
     // libnccl is opened (dlopen) only when the run asks for it or could use it: a CPU run never
     // maps its 200 MB, and a missing NCCL is an error for --comm nccl alone.
     std::string no_nccl = "this build has no NCCL";
@@ -783,14 +855,13 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
     if (comm_name == "nccl" || (comm_name == "auto" && nccl_possible)) nccl_loads = pp::nccl_available(&no_nccl);
 #endif
     if (comm_name == "nccl" && !nccl_loads) throw std::runtime_error("--comm nccl: " + no_nccl);
-    if (comm_name == "auto" && nccl_possible && !nccl_loads)
-        std::fprintf(stderr, "pipetrain train: note: --comm auto uses the thread communicator, NCCL is unavailable: %s\n",
-                     no_nccl.c_str());
-    if (comm_name == "auto") comm_name = nccl_possible && nccl_loads ? "nccl" : "thread";
+    if (comm_name == "auto" && nccl_possible && !nccl_loads && root)
+        std::fprintf(stderr, "pipetrain train: note: --comm auto uses the %s communicator, NCCL is unavailable: %s\n",
+                     mpi ? "MPI" : "thread", no_nccl.c_str());
+    if (comm_name == "auto" || comm_name == "mpi") comm_name = nccl_possible && nccl_loads ? "nccl" : mpi ? "mpi" : "thread";
     if (comm_name == "nccl" && !nccl_possible)
         throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(R) +
                                  " ranks, " + std::to_string(w.gpus) + " GPUs)");
-    w.busy_us.assign(R, 0), w.span_us.assign(R, 0), w.timelines.assign(R, {});
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
     if (a.has("--keep") && w.save_every == 0) throw std::runtime_error("--keep: only with --save-every (it keeps the last K checkpoints)");
@@ -804,64 +875,92 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
         if (std::mismatch(from.begin(), from.end(), to.begin(), to.end()).first == from.end())
             throw std::runtime_error("--out: " + w.out + " is inside the checkpoint --resume reads (" + a.str("--resume") +
                                      "): saving there would overwrite it");
-        load_resume_state(w, a.str("--resume"), saved_state);
+        check_resume_state(w, a.str("--resume"), saved_state);
     }
     w.state["save-format"] = w.save_format;   // not compared on --resume: it does not change the bits
+    // This process's ranks: all of them, or under MPI its own.
+    w.stages.resize(R), w.optim.resize(R);
+    for (int r = 0; r < R; r++)
+        if (!mpi || r == rank) make_rank(w, r);
+    w.peak_stash.assign(w.P, 0.0);
+    w.trace = a.has("--trace");
+
     // What the run will write is checked, and --out made, before training: a path that cannot be
-    // written fails now, not after the run.
-    for (const char* flag : {"--trace", "--dump-grads"})
-        if (a.has(flag)) check_output_path(a.str(flag), flag);
-    for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
-        if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
-    bool made_out = !std::filesystem::exists(w.out);
-    {
+    // written fails now, not after the run. Rank 0 owns --out: it locks it, recovers it, commits
+    // into it; the other ranks write only their checkpoint shards, into rank 0's staging directory.
+    bool made_out = false;
+    struct Fd {
+        int fd = -1;
+        ~Fd() { if (fd >= 0) ::close(fd); }
+    } out_lock;
+    if (root) {
+        for (const char* flag : {"--trace", "--dump-grads"})
+            if (a.has(flag)) check_output_path(a.str(flag), flag);
+        for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
+            if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
+        made_out = !std::filesystem::exists(w.out);
         std::error_code ec;
         std::filesystem::create_directories(w.out, ec);
         if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
-    }
-    // One run per --out: two would stage their checkpoints under the same names. The lock is the
-    // directory's own (flock), released when the process ends, however it ends.
-    struct Fd {
-        int fd;
-        ~Fd() { if (fd >= 0) ::close(fd); }
-    } out_lock{::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-    if (out_lock.fd < 0 || ::flock(out_lock.fd, LOCK_EX | LOCK_NB) != 0)
-        throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
-    recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
+        // One run per --out: two would stage their checkpoints under the same names. The lock is the
+        // directory's own (flock), released when the process ends, however it ends.
+        out_lock.fd = ::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (out_lock.fd < 0 || ::flock(out_lock.fd, LOCK_EX | LOCK_NB) != 0)
+            throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
+        recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
 
-    int64_t n_params = 0;
-    for (Layer* l : replica_layers(w))
-        for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
-    std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
-                s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
-                !s.examples.empty() ? (std::to_string(s.examples.size()) + " labeled examples of " + std::to_string(s.T)).c_str()
-                : s.train.empty()   ? ("fixed batch " + a.str("--inputs")).c_str()
-                                    : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
-    std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
-                sched_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
-    std::printf("device: %s", w.device.name().c_str());
-    if (w.device.cuda) {
-        std::printf(" | ranks on");
-        for (int r = 0; r < R; r++) std::printf(" %s", device_of_rank(w, r).name().c_str());
-    }
-    std::printf(" | %s | comm %s\n", dtype == "bf16" ? "bf16 GEMMs, fp32 weights and optimizer" : "fp32", comm_name.c_str());
-    for (int p = 0; p < w.P; p++) {
-        std::printf("  stage %d:", p);
-        for (const auto& chunk : split[p]) {
-            std::printf(" [");
-            for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
-            std::printf("]");
+        int64_t n_params = 0;
+        for (int i = 0; i < num_model_layers(s.cfg); i++) {
+            std::unique_ptr<Layer> l = make_layer(s.cfg, i);   // one at a time: this rank may hold none of them
+            for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
         }
-        std::printf("\n");
+        std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
+                    s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
+                    !s.examples.empty() ? (std::to_string(s.examples.size()) + " labeled examples of " + std::to_string(s.T)).c_str()
+                    : s.train.empty()   ? ("fixed batch " + a.str("--inputs")).c_str()
+                                        : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
+        std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
+                    sched_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
+        std::printf("device: %s", w.device.name().c_str());
+        if (w.device.cuda && !mpi) {
+            std::printf(" | ranks on");
+            for (int r = 0; r < R; r++) std::printf(" %s", device_of_rank(w, r).name().c_str());
+        }
+        std::printf(" | %s | comm %s%s\n", dtype == "bf16" ? "bf16 GEMMs, fp32 weights and optimizer" : "fp32", comm_name.c_str(),
+                    mpi ? (" (" + std::to_string(R) + " processes)").c_str() : "");
+        for (int p = 0; p < w.P; p++) {
+            std::printf("  stage %d:", p);
+            for (const auto& chunk : w.split[p]) {
+                std::printf(" [");
+                for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
+                std::printf("]");
+            }
+            std::printf("\n");
+        }
+        std::fflush(stdout);
     }
-    std::fflush(stdout);
 
     // From here a first Ctrl-C or SIGTERM stops the run after the step in flight, with a checkpoint
     // (run_rank); until the end, so that one after the last step lets the final save finish.
     InterruptHandlers interrupts;
     auto t0 = Clock::now();
     try {
-        if (comm_name == "nccl") {
+        if (mpi) {
+#ifdef PIPETRAIN_MPI
+            w.processes = true, w.local_rank = mpi->local_rank();
+            if (comm_name == "nccl") {
+#ifdef PIPETRAIN_NCCL
+                set_device(device_of_rank(w, rank), rank);
+                pp::MpiComm host(*mpi);
+                pp::NcclWorld world(*mpi, device_of_rank(w, rank).index, timeout);
+                pp::NcclComm comm(world, host, rank);
+                pp::run_mpi_rank(*mpi, [&](pp::Comm&) { run_rank(w, comm, rank); });
+#endif
+            } else {
+                pp::run_mpi_rank(*mpi, [&](pp::Comm& comm) { run_rank(w, comm, rank); });
+            }
+#endif
+        } else if (comm_name == "nccl") {
 #ifdef PIPETRAIN_NCCL
             std::vector<int> gpus;
             for (int r = 0; r < R; r++) gpus.push_back(device_of_rank(w, r).index);
@@ -885,47 +984,72 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
         throw;
     }
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!root) return w.stopped_at > 0 ? interrupt_exit_code(interrupt_signal()) : 0;
+    if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);   // step 1 did run
     if (w.stopped_at > 0) {
         // The checkpoint is the result. OUT/model.safetensors is not written: next to the config it
         // would read as a finished run's model, and the resumed run writes it when it has finished.
-        if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);   // step 1 did run
         std::fflush(stdout);
         std::string ckpt = w.out + "/checkpoint-" + std::to_string(w.stopped_at);
-        std::fprintf(stderr, "interrupted at step %d: continue with %s\n", w.stopped_at,
+        std::fprintf(stderr, "interrupted at step %d: continue with %s\n", w.stopped_at.load(),
                      continue_command(program, argv, ckpt).c_str());
         return interrupt_exit_code(interrupt_signal());
     }
-
-    std::vector<Layer*> layers = replica_layers(w);
-    save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
-    if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);
-    if (a.has("--trace")) {   // the last step of every rank (replica d's ranks are d*P .. d*P+P-1), from 0
-        std::vector<pp::Event> all;
+    if (w.trace) {   // the last step of every rank (replica d's ranks are d*P .. d*P+P-1), from 0
         double first = 1e300;
-        for (int r = 0; r < R; r++)
-            for (pp::Event e : w.timelines[r]) {
-                e.rank = r;
-                all.push_back(e);
-                first = std::min(first, e.start);
-            }
-        for (pp::Event& e : all) e.start -= first, e.end -= first;
-        write_file_atomic(a.str("--trace"), pp::chrome_trace(all));
-        std::printf("%s", pp::ascii_timeline(all, w.P, 100).c_str());
+        for (const pp::Event& e : w.trace_events) first = std::min(first, e.start);
+        for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
+        write_file_atomic(a.str("--trace"), pp::chrome_trace(w.trace_events));
+        std::printf("%s", pp::ascii_timeline(w.trace_events, w.P, 100).c_str());
+        if (mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
     }
     std::printf("peak stash bytes per stage:");
-    for (int p = 0; p < w.P; p++) std::printf(" %zu", w.stages[p]->peak_stash_bytes());
+    for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.peak_stash[p]);
     std::printf("\n");
     if (int sig = interrupt_signal()) {   // after the last step: the run is complete, only the evaluation is skipped
         std::fflush(stdout);
         std::fprintf(stderr, "interrupted after the last step: %s holds the finished model; no final evaluation\n", w.out.c_str());
         return interrupt_exit_code(sig);
     }
-    EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
     char final_loss[64] = "n/a (no step to run)";   // --steps 0, or a resume from the last step
     if (w.steps > w.start_step) std::snprintf(final_loss, sizeof final_loss, "%.7g", w.last_loss);
     std::printf("done: %d steps in %.1fs | final loss %s | %s | saved %s\n", w.steps, secs, final_loss,
-                ev.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
+                w.final_eval.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
     return 0;
+}
+
+}  // namespace
+
+// ---- pipetrain train ------------------------------------------------------------------------
+
+// Under an MPI launcher (or --comm mpi) every process is one rank, and runs `train` with the MPI
+// world; a failure on any rank prints its rank and host and ends the whole job (MPI_Abort), so no
+// rank is left waiting for one that has gone.
+int train_main(const std::vector<std::string>& argv, const std::string& program) {
+    Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
+                  "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
+                  "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
+                  "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
+                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
+    std::string comm = a.str("--comm", "auto");
+    if (comm != "auto" && comm != "thread" && comm != "nccl" && comm != "mpi")
+        throw std::runtime_error("--comm: expected auto, thread, nccl or mpi, got \"" + comm + "\"");
+    bool launched = pp::launched_by_mpi();
+    if (comm == "thread" && launched)
+        throw std::runtime_error("--comm thread: this process was started by an MPI launcher, where each process is one "
+                                 "rank (--comm mpi or auto); run it without mpirun for threads");
+    if (comm != "mpi" && !launched) return train(a, argv, program, nullptr);
+#ifndef PIPETRAIN_MPI
+    throw std::runtime_error(std::string(comm == "mpi" ? "--comm mpi" : "started by an MPI launcher") +
+                             ": this build has no MPI (install libopenmpi-dev, then configure and build again)");
+#else
+    pp::MpiWorld mpi(a.real("--timeout", 120.0, 1e-3, 1e6));
+    try {
+        return train(a, argv, program, &mpi);
+    } catch (const std::exception& e) {
+        mpi.abort(e.what());
+    }
+#endif
 }
 
 int train_main(const std::vector<std::string>& argv) { return train_main(argv, "pipetrain"); }

@@ -6,6 +6,8 @@
  *   PT_KILL_AT=K        raise SIGKILL right before the K-th counted call (K >= 1)
  *   PT_KILL_COUNT=FILE  at a normal exit, write the total to FILE, then one "kind count" line per kind
  *   PT_KILL_LOG=FILE    append one line per counted call: "n kind path"
+ *   PT_FAIL_FSYNC=K     make the K-th fsync/fdatasync fail with EIO instead (K >= 1): a disk
+ *                       error the process sees and reports, where PT_KILL_AT is a kill it never sees
  *
  * Counted: every call that changes a directory or makes data durable: rename, renameat,
  * renameat2, link, linkat, unlink, unlinkat, remove, rmdir, mkdir, mkdirat, fsync, fdatasync,
@@ -21,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -40,6 +43,8 @@ static const char* const kind_names[NUM_KINDS] = {"rename", "unlink", "remove", 
 static atomic_long calls;
 static atomic_long calls_by_kind[NUM_KINDS];
 static long kill_at;      /* 0: unarmed */
+static long fail_fsync_at;   /* 0: unarmed */
+static atomic_long fsyncs;
 static int log_fd = -1;
 static char count_path[4096];
 
@@ -73,6 +78,8 @@ __attribute__((constructor)) static void shim_init(void) {
     real_open_for_log = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open");
     const char* at = getenv("PT_KILL_AT");
     if (at) kill_at = atol(at);
+    const char* fail = getenv("PT_FAIL_FSYNC");
+    if (fail) fail_fsync_at = atol(fail);
     const char* log = getenv("PT_KILL_LOG");
     if (log && *log) log_fd = real_open_for_log(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const char* cnt = getenv("PT_KILL_COUNT");
@@ -152,15 +159,21 @@ int mkdirat(int fd, const char* path, mode_t mode) {
 }
 
 /* ---- durability ---------------------------------------------------------------------------- */
+/* PT_FAIL_FSYNC: true when this fsync is the one that fails. */
+static int fsync_fails(void) {
+    if (fail_fsync_at <= 0 || atomic_fetch_add(&fsyncs, 1) + 1 != fail_fsync_at) return 0;
+    errno = EIO;
+    return 1;
+}
 int fsync(int fd) {
     REAL(int, fsync, (int));
     count(FSYNC, NULL, fd);
-    return real_fsync(fd);
+    return fsync_fails() ? -1 : real_fsync(fd);
 }
 int fdatasync(int fd) {
     REAL(int, fdatasync, (int));
     count(FSYNC, NULL, fd);
-    return real_fdatasync(fd);
+    return fsync_fails() ? -1 : real_fdatasync(fd);
 }
 int syncfs(int fd) {
     REAL(int, syncfs, (int));

@@ -43,13 +43,16 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Every committed checkpoint (a plain checkpoint-N, not one being staged) holds a whole model,
-// its optimizer moments and a trainer state at step N.
+// its optimizer moments and a trainer state at step N. These runs have 2 stages, so the weights
+// and moments are 2 shards each, with their indexes.
 void check_checkpoints_whole(const std::string& out) {
     for (const auto& e : fs::directory_iterator(out)) {
         std::string name = e.path().filename().string();
         if (name.rfind("checkpoint-", 0) != 0 || name.find_first_not_of("0123456789", 11) != std::string::npos) continue;
         CAPTURE(name);
-        for (const char* f : {"config.json", "vocab.txt", "model.safetensors", "optimizer.safetensors"})
+        for (const char* f : {"config.json", "vocab.txt", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                              "model.safetensors.index.json", "optimizer-00001-of-00002.safetensors",
+                              "optimizer-00002-of-00002.safetensors", "optimizer.safetensors.index.json"})
             CHECK((fs::is_regular_file(e.path() / f) && fs::file_size(e.path() / f) > 0));
         nlohmann::json state = nlohmann::json::parse(read_file((e.path() / "trainer_state.json").string()), nullptr, false);
         CHECK((!state.is_discarded() && state["step"] == std::atoi(name.c_str() + 11)));

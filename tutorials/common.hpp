@@ -2,9 +2,9 @@
 // corpus, split over P stages (threads), and one training step through pp::Pipeline.
 //
 // train_step is the CLI's step (src/trainer.cpp, run_rank) cut to the mechanism: every rank runs
-// its actions on its own thread (and, with D replicas, all-reduces its gradients); then, on the
-// main thread, since every stage lives in this process, the tied word embedding's two gradients
-// are summed (embedding's + head's, always in that order) and AdamW is applied, unclipped.
+// its actions on its own thread, then the step's second half that the CLI runs too (src/step.hpp):
+// the tied word embedding's two gradients summed (embedding's + head's, always in that order),
+// with D replicas the data-parallel sum, the global norm, clipping, AdamW and the loss.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "pipeline.hpp"
 #include "src/comm.hpp"
 #include "src/stage.hpp"
+#include "src/step.hpp"
 #include "src/tokenizer.hpp"
 
 namespace lab {
@@ -55,7 +56,7 @@ struct Model {
     int P = 1, V = 1, D = 1;
     std::vector<std::vector<std::vector<int>>> split;         // [rank][chunk] = layer indices
     std::vector<std::unique_ptr<TransformerStage>> stages;   // [d * P + p]
-    std::vector<std::vector<float>> adam_m, adam_v;           // per layer, stage after stage
+    std::vector<std::unique_ptr<Optimizer>> optim;           // AdamW moments, [d * P + p]
     Device device;   // cuda: rank r runs on GPU r mod (number of GPUs), on its own stream
 
     std::vector<Layer*> layers(int d = 0) const {   // replica d, model order
@@ -83,10 +84,8 @@ inline Model make_model(const ModelConfig& cfg, int P, int V = 1, Recompute reco
     opt.seed = 1, opt.hidden_dropout = opt.attention_dropout = dropout;
     for (int i = 0; i < P * D; i++) {
         m.stages.push_back(std::make_unique<TransformerStage>(cfg, m.split[i % P], recompute, opt));
-        for (Layer* l : m.stages.back()->layers()) {
-            l->init(1, 0.02f);
-            m.adam_m.emplace_back(l->params.size(), 0.0f), m.adam_v.emplace_back(l->params.size(), 0.0f);
-        }
+        for (Layer* l : m.stages.back()->layers()) l->init(1, 0.02f);
+        m.optim.push_back(std::make_unique<Optimizer>(*m.stages.back()));
     }
     return m;
 }
@@ -106,7 +105,8 @@ inline double measured_bubble(const std::vector<pp::Event>& events, int P, doubl
     return span > 0 ? 1.0 - busy / (P * span) : 0.0;
 }
 
-// One optimizer step on `batch`, M micro-batches per replica (M is read off the schedule).
+// One optimizer step on `batch`, M micro-batches per replica (M is read off the schedule). With
+// update false the gradients are summed and the loss known, and the weights stay as they were.
 inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch& batch, int step = 0,
                              bool update = true) {
     int M = 0;
@@ -116,51 +116,34 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
     for (int d = 0; d < m.D; d++) local.push_back(batch.slice(d * rows, rows));
     float loss_scale = 1.0f / float(batch.num_targets());   // the loss is the mean over the GLOBAL batch
     std::vector<std::vector<pp::Event>> events(m.P * m.D);
+    double loss_sum = 0;
     pp::ThreadWorld world(m.P * m.D, 60.0);
     pp::run_ranks(world, [&](int rank) {
-        int p = rank % m.P, d = rank / m.P;
         pp::ThreadComm comm(world, rank);
-        std::vector<int> pp_group, dp_group;
-        for (int i = 0; i < m.P; i++) pp_group.push_back(d * m.P + i);
-        for (int i = 0; i < m.D; i++) dp_group.push_back(i * m.P + p);
+        RankPlace at{m.P, m.D, rank % m.P, rank / m.P};
         TransformerStage& stage = *m.stages[rank];
+        Optimizer& opt = *m.optim[rank];
         Device dev = m.device;
         if (dev.cuda) dev.index = rank % cuda_device_count();
         set_device(dev, rank);
-        stage.to(dev);   // the weights visit the GPU for the step; the update below runs on the host
-        pp::Pipeline pipe(schedule, m.V, stage, comm, p, pp_group);
+        stage.to(dev), opt.to(dev);   // the weights and moments visit the GPU for the step
+        pp::Pipeline pipe(schedule, m.V, stage, comm, at.p, at.pipeline_group());
         stage.zero_grads();
         // Replica d's micro-batches are global micro-batches d*M .. d*M+M-1: the dropout key.
-        stage.begin_step(&local[d], rows / M, d * M, uint32_t(step), loss_scale);
+        stage.begin_step(&local[at.d], rows / M, at.d * M, uint32_t(step), loss_scale);
         comm.barrier();   // start the clocks together
         pipe.run_step();
         events[rank] = pipe.timeline();
-        if (m.D > 1)   // data parallel: sum each layer's gradient over the replicas, in rank order
-            for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), dp_group);
-        stage.to(Device{});
+        Update u;
+        u.step = step, u.apply = update;
+        StepOutcome o = finish_step(comm, stage, opt, m.cfg, at, u);
+        if (rank == 0) loss_sum = o.loss_sum;
+        stage.to(Device{}), opt.to(Device{});
     });
     StepResult r;
     for (int p = 0; p < m.P; p++) r.events.insert(r.events.end(), events[p].begin(), events[p].end());
     r.bubble = measured_bubble(r.events, m.P, &r.makespan);
-    for (auto& stage : m.stages) r.loss += stage->loss_sum();   // only last stages have a loss
-    r.loss /= double(batch.num_targets());
-    for (int d = 0; d < m.D; d++) {
-        std::vector<Layer*> layers = m.layers(d);
-        Layer *emb = layers.front(), *head = layers.back();
-        size_t n = size_t(m.cfg.vocab_size) * m.cfg.hidden_size;   // the word embedding, first in emb, last in head
-        float* g_emb = emb->grads.data() + emb->params_info[0].offset;
-        float* g_head = head->grads.data() + head->params_info.back().offset;
-        ops::accumulate(g_emb, g_head, int(n));
-        std::copy(g_emb, g_emb + n, g_head);
-    }
-    if (!update) return r;
-    size_t k = 0;
-    for (auto& stage : m.stages)
-        for (Layer* l : stage->layers()) {
-            ops::adamw_update(l->params.data(), m.adam_m[k].data(), m.adam_v[k].data(), l->grads.data(),
-                              int64_t(l->params.size()), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, step + 1);
-            k++;
-        }
+    r.loss = loss_sum / double(batch.num_targets());
     return r;
 }
 

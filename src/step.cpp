@@ -1,0 +1,166 @@
+// src/step.cpp — see step.hpp.
+#include "src/step.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "src/watchdog.hpp"
+
+namespace pt {
+
+Optimizer::Optimizer(TransformerStage& stage) {
+    for (Layer* l : stage.layers()) m.emplace_back(l->params.size()), v.emplace_back(l->params.size());
+}
+
+void Optimizer::to(Device d) {
+    for (Buf& b : m) move_to(b, d);
+    for (Buf& b : v) move_to(b, d);
+}
+
+std::vector<int> RankPlace::pipeline_group() const {
+    std::vector<int> g(P);
+    std::iota(g.begin(), g.end(), d * P);
+    return g;
+}
+std::vector<int> RankPlace::data_parallel_group() const {
+    std::vector<int> g;
+    for (int i = 0; i < D; i++) g.push_back(i * P + p);
+    return g;
+}
+std::vector<int> RankPlace::everyone() const {
+    std::vector<int> g(P * D);
+    std::iota(g.begin(), g.end(), 0);
+    return g;
+}
+
+namespace {
+
+// Slot of each parameter tensor in the model-order list of per-tensor partial norms. A fixed
+// number of slots per layer lets every rank fill its own without knowing the others.
+constexpr int kSlotsPerLayer = 32;
+
+// The word embedding's two copies on this rank: the embedding layer's (pipeline rank 0) and the
+// MLM head's decoder (the last rank); null where this rank holds neither. `peer` is the rank
+// that holds the other copy when they live apart.
+struct TiedCopies {
+    float* emb = nullptr;
+    float* head = nullptr;
+    size_t n = 0;
+    int peer = -1;
+};
+
+TiedCopies tied_copies(TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at, bool grads) {
+    TiedCopies t;
+    Layer* emb = stage.layer(0);
+    Layer* head = stage.layer(cfg.num_hidden_layers + 1);
+    const ParamInfo* tied = head ? tied_param(*head) : nullptr;
+    if (cfg.num_labels > 0 || (!emb && !tied)) return t;   // a classifier ties nothing
+    t.n = size_t(cfg.vocab_size) * cfg.hidden_size;
+    if (emb) t.emb = (grads ? emb->grads : emb->params).data() + emb->params_info[0].offset;
+    if (tied) t.head = (grads ? head->grads : head->params).data() + tied->offset;
+    if (!t.emb || !t.head) t.peer = t.emb ? at.d * at.P + at.P - 1 : at.d * at.P;
+    return t;
+}
+
+// Where the copies live apart, ranks 0 and P-1 swap theirs: the peer's lands in `other`, and
+// both pointers of `t` are valid afterwards.
+void fetch_peer_copy(pp::Comm& comm, TiedCopies& t, Buf& other, int tag) {
+    if (t.peer < 0) return;
+    other.resize(t.n);
+    float* mine = t.emb ? t.emb : t.head;
+    comm.group({{true, mine, t.n * sizeof(float), t.peer, tag}, {false, other.data(), t.n * sizeof(float), t.peer, tag}});
+    (t.emb ? t.head : t.emb) = other.data();
+}
+
+// The tied gradient is embedding + head, added in that order wherever the copies live, so one
+// device and any pipeline get the same bits.
+void tied_sum(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at) {
+    TiedCopies t = tied_copies(stage, cfg, at, true);
+    if (t.n == 0) return;
+    Buf other;
+    fetch_peer_copy(comm, t, other, 9001);
+    dev::accumulate(t.emb, t.head, int(t.n));
+    copy_bytes(t.head, t.emb, t.n * sizeof(float));
+}
+
+// After the update both copies must hold the same bits: the proof that tying is exact.
+void check_tied(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at) {
+    TiedCopies t = tied_copies(stage, cfg, at, false);
+    if (t.n == 0) return;
+    Buf other;
+    fetch_peer_copy(comm, t, other, 9002);
+    std::vector<float> a(t.n), b(t.n);   // compared on the host: a GPU's copies are read back
+    copy_bytes(a.data(), t.emb, t.n * sizeof(float)), copy_bytes(b.data(), t.head, t.n * sizeof(float));
+    if (std::memcmp(a.data(), b.data(), t.n * sizeof(float)) != 0)
+        throw std::runtime_error("tied word embedding copies differ after the optimizer step");
+}
+
+// Clipping by the global gradient norm, AdamW, and the check of the tied copies; returns the norm.
+double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
+                      const RankPlace& at, const Update& u) {
+    // Global gradient norm from per-tensor float64 partials, summed in model order: the same
+    // bits whichever rank holds which layer.
+    pp::beat("gradient norm");
+    std::vector<double> partial(size_t(num_model_layers(cfg)) * kSlotsPerLayer, 0.0);
+    for (Layer* l : stage.layers()) {
+        if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
+        for (size_t i = 0; i < l->params_info.size(); i++) {
+            const ParamInfo& pi = l->params_info[i];
+            if (!pi.tied) partial[l->index() * kSlotsPerLayer + i] = dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
+        }
+    }
+    comm.allreduce_sum(partial.data(), partial.size(), at.pipeline_group());
+    double sumsq = 0;
+    for (double x : partial) sumsq += x;
+    double norm = std::sqrt(sumsq);
+    // Every rank knows the norm, so all stop together, before the update spreads the NaN.
+    if (!std::isfinite(norm))
+        throw std::runtime_error("step " + std::to_string(u.step + 1) + ": the gradient norm is " +
+                                 (std::isnan(norm) ? "NaN" : "infinite") +
+                                 ": training diverged (lower --lr); nothing saved after the last checkpoint");
+    float coef = u.clip > 0 && norm > u.clip ? float(u.clip / (norm + 1e-6)) : 1.0f;
+    pp::beat("optimizer");
+    std::vector<Layer*> layers = stage.layers();
+    for (size_t li = 0; li < layers.size(); li++) {
+        Layer* l = layers[li];
+        if (coef != 1.0f) dev::scale(l->grads.data(), coef, int(l->grads.size()));
+        for (const ParamInfo& pi : l->params_info)
+            dev::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + pi.offset, opt.v[li].data() + pi.offset,
+                              l->grads.data() + pi.offset, int64_t(pi.numel), u.lr, 0.9f, 0.999f, 1e-8f,
+                              pi.decay ? float(u.weight_decay) : 0.0f, u.step + 1);
+    }
+    pp::beat("tied copies check");
+    check_tied(comm, stage, cfg, at);
+    return norm;
+}
+
+}  // namespace
+
+// Each phase beats the watchdog, which names the phase if the rank hangs in it.
+StepOutcome finish_step(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
+                        const RankPlace& at, const Update& u, std::vector<double>* shared,
+                        const std::function<void()>& after_grads) {
+    // Gradients: tied sum, then data-parallel sum, both in a fixed order.
+    pp::beat("tied gradient sum");
+    tied_sum(comm, stage, cfg, at);
+    pp::beat("data-parallel gradient sum");
+    if (at.D > 1)
+        for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), at.data_parallel_group());
+    if (after_grads) after_grads();
+    StepOutcome out;
+    if (u.apply) out.norm = update_weights(comm, stage, opt, cfg, at, u);
+
+    // The loss of the global batch, with the caller's slots in the same reduction.
+    pp::beat("loss");
+    std::vector<double> reduced = {stage.loss_sum()};
+    if (shared) reduced.insert(reduced.end(), shared->begin(), shared->end());
+    comm.allreduce_sum(reduced.data(), reduced.size(), at.everyone());
+    out.loss_sum = reduced[0];
+    if (shared) std::copy(reduced.begin() + 1, reduced.end(), shared->begin());
+    return out;
+}
+
+}  // namespace pt

@@ -25,7 +25,9 @@ MpiWorld::MpiWorld(double timeout_s) : timeout_s_(timeout_s) {
 MpiWorld::~MpiWorld() = default;
 void MpiWorld::abort(const std::string& why, int code) { (void)why, std::_Exit(code); }
 void MpiWorld::broadcast(void*, std::size_t, int) {}
+struct MpiComm::Sends {};
 MpiComm::MpiComm(MpiWorld& world) : world_(world) {}
+MpiComm::~MpiComm() = default;
 void MpiComm::send(const void*, std::size_t, int, int) {}
 void MpiComm::recv(void*, std::size_t, int, int) {}
 void MpiComm::group(const std::vector<P2POp>&) {}
@@ -49,6 +51,7 @@ void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>&) { wor
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <list>
 #include <thread>
 
 #include "src/device.hpp"
@@ -277,7 +280,36 @@ void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
 }
 }  // namespace
 
-MpiComm::MpiComm(MpiWorld& world) : world_(world) {}
+struct MpiComm::Sends {
+    std::list<Pending> in_flight;   // a list: MPI holds the address of each one's bytes
+};
+
+MpiComm::MpiComm(MpiWorld& world) : world_(world), sending_(std::make_unique<Sends>()) {}
+
+MpiComm::~MpiComm() {
+    try {   // the last messages of a run reach their peers before MPI_Finalize
+        reap_sends(true);
+    } catch (...) {   // a peer gone: the job is ending with an error reported elsewhere
+        for (Pending& p : sending_->in_flight)
+            if (p.req != MPI_REQUEST_NULL) MPI_Request_free(&p.req);
+    }
+}
+
+void MpiComm::reap_sends(bool wait) {
+    std::list<Pending>& sends = sending_->in_flight;
+    if (wait) {
+        std::vector<Pending> all;
+        for (Pending& p : sends) all.push_back(std::move(p));
+        sends.clear();
+        wait_all(all, rank(), world_.timeout_s());
+        return;
+    }
+    for (auto it = sends.begin(); it != sends.end();) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
+        it = done ? sends.erase(it) : std::next(it);
+    }
+}
 
 void MpiComm::send(const void* data, std::size_t bytes, int peer, int tag) { group({{true, const_cast<void*>(data), bytes, peer, tag}}); }
 void MpiComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{false, data, bytes, peer, tag}}); }
@@ -295,13 +327,23 @@ void MpiComm::group(const std::vector<P2POp>& ops) {
             throw std::runtime_error(who + ": tag " + std::to_string(op.tag) + " is outside this MPI's tags 0.." +
                                      std::to_string(world_.tag_ub_) + " (MPI_TAG_UB; fewer micro-batches or chunks fit)");
     }
-    std::vector<Pending> pending(ops.size());
-    for (std::size_t i = 0; i < ops.size(); i++) {
-        post(pending[i], world_.comms_->p2p, me, ops[i].send, ops[i].data, ops[i].bytes, ops[i].peer, ops[i].tag,
-             tag_text(ops[i].tag));
-        pending[i].pipeline = true;
+    std::vector<Pending> receives;
+    for (const P2POp& op : ops) {
+        Pending p;
+        p.pipeline = true;
+        if (op.send) {   // buffered: a copy of the bytes travels, and the caller may reuse its buffer
+            p.staged.resize(op.bytes);
+            if (op.bytes > 0) pt::copy_bytes(p.staged.data(), op.data, op.bytes);
+            sending_->in_flight.push_back(std::move(p));
+            post(sending_->in_flight.back(), world_.comms_->p2p, me, true, sending_->in_flight.back().staged.data(),
+                 op.bytes, op.peer, op.tag, tag_text(op.tag));
+        } else {
+            receives.push_back(std::move(p));
+            post(receives.back(), world_.comms_->p2p, me, false, op.data, op.bytes, op.peer, op.tag, tag_text(op.tag));
+        }
     }
-    wait_all(pending, me, world_.timeout_s());
+    wait_all(receives, me, world_.timeout_s());
+    reap_sends(false);
 }
 
 void MpiComm::barrier() {

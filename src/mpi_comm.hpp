@@ -62,9 +62,15 @@ class MpiWorld {
     double timeout_s_;
 };
 
+// Sends are buffered, as ThreadComm's: group() copies what it sends and returns once its receives
+// are done, while its sends travel on (a 1F1B rank computes its next forward meanwhile instead of
+// waiting for its peer to take the message). Every schedule pp::validate accepts is safe with
+// unbuffered sends, so buffering cannot deadlock one. A send still in flight is finished by a
+// later call, or, at the latest, by the destructor (with the deadline).
 class MpiComm : public Comm {
  public:
     explicit MpiComm(MpiWorld& world);
+    ~MpiComm() override;
     int rank() const override { return world_.rank(); }
     int size() const override { return world_.size(); }
     void send(const void* data, std::size_t bytes, int peer, int tag) override;
@@ -78,7 +84,10 @@ class MpiComm : public Comm {
  private:
     template <typename T>
     void allreduce(T* data, std::size_t n, const std::vector<int>& ranks);
+    void reap_sends(bool wait);   // drops the sends that are done; wait: until all are (deadline)
+    struct Sends;                 // the sends in flight, each with its own copy of the bytes
     MpiWorld& world_;
+    std::unique_ptr<Sends> sending_;
 };
 
 // Runs fn(comm) as this process's rank, on the calling (main) thread, while a second thread is its

@@ -845,8 +845,14 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     w.run_opt.hidden_dropout = s.cfg.hidden_dropout_prob, w.run_opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
     int R = w.P * w.D;
     // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
-    // ThreadComm (host copies, or device-to-device copies on a GPU); processes through MPI.
-    bool nccl_possible = w.device.cuda && R > 1 && (mpi || R <= w.gpus);
+    // ThreadComm (host copies, or device-to-device copies on a GPU). Processes talk through MPI:
+    // NCCL bootstrapped over MPI when every rank of a node has a GPU of its own (--comm auto or
+    // nccl), else MpiComm, whose messages from GPU memory go through host memory (--comm mpi).
+    int ranks_here = R;   // the ranks that share this machine's GPUs
+#ifdef PIPETRAIN_MPI
+    if (mpi) ranks_here = mpi->local_size();
+#endif
+    bool nccl_possible = w.device.cuda && R > 1 && ranks_here <= w.gpus;
     // libnccl is opened (dlopen) only when the run asks for it or could use it: a CPU run never
     // maps its 200 MB, and a missing NCCL is an error for --comm nccl alone.
     std::string no_nccl = "this build has no NCCL";
@@ -858,10 +864,10 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     if (comm_name == "auto" && nccl_possible && !nccl_loads && root)
         std::fprintf(stderr, "pipetrain train: note: --comm auto uses the %s communicator, NCCL is unavailable: %s\n",
                      mpi ? "MPI" : "thread", no_nccl.c_str());
-    if (comm_name == "auto" || comm_name == "mpi") comm_name = nccl_possible && nccl_loads ? "nccl" : mpi ? "mpi" : "thread";
+    if (comm_name == "auto") comm_name = nccl_possible && nccl_loads ? "nccl" : mpi ? "mpi" : "thread";
     if (comm_name == "nccl" && !nccl_possible)
-        throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(R) +
-                                 " ranks, " + std::to_string(w.gpus) + " GPUs)");
+        throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(ranks_here) +
+                                 " ranks" + (mpi ? " on this machine, " : ", ") + std::to_string(w.gpus) + " GPUs)");
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
     if (a.has("--keep") && w.save_every == 0) throw std::runtime_error("--keep: only with --save-every (it keeps the last K checkpoints)");

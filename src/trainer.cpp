@@ -647,7 +647,6 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group());
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
-    double clock_error = 0, clock_offset = w.trace ? clock_offset_us(w, comm, rank, &clock_error) : 0.0;
     auto t_start = Clock::now();
 
     for (int step = w.start_step; step < w.steps; step++) {
@@ -722,6 +721,8 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     stage.to(Device{});   // the end: save and evaluate on the host
     synchronize();
     if (w.trace) {   // the last step of every rank, on rank 0's clock
+        // Measured now, right after the step it is for: clocks drift apart (a few µs a second).
+        double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
         std::vector<pp::Event> events = pipe.timeline();
         for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
         std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), 9200);

@@ -147,3 +147,14 @@ TEST_CASE("12_gpu_pipeline: runs, on a GPU or on CPU threads standing in for one
     else CHECK(has(r.out, "  parameters: bitwise equal"));   // step 4: two GPU runs
     CHECK(has(r.out, "wrote runs/tutorial12/timeline.json"));
 }
+
+TEST_CASE("13_processes: processes give the threads' bits, and both timelines are drawn") {
+    Run r = run_tutorial("13_processes");
+    if (has(r.out, "MPI unavailable")) {
+        MESSAGE("no MPI or no mpirun: the process run (steps 2 and 3) was skipped");
+        return;
+    }
+    check_bitwise(r.out, {"parameters"});
+    CHECK(numbers(r.out, R"(\nrank 3 \|[^\n]*\|\n)").size() == 2);   // threads', then processes' timeline
+    CHECK(numbers(r.out, R"(processes / threads = ([0-9.]+))").size() == 1);
+}

@@ -1,4 +1,4 @@
-// tutorials/common.hpp — what tutorials 05–10 share: the tiny model on a batch of the poems
+// tutorials/common.hpp — what tutorials 05–13 share: the tiny model on a batch of the poems
 // corpus, split over P stages (threads), and one training step through pp::Pipeline.
 //
 // train_step is the CLI's step (src/trainer.cpp, run_rank) cut to the mechanism: every rank runs
@@ -70,21 +70,34 @@ struct Model {
 
 // The layers are split by their FLOPs per token (deterministic, unlike measured time, so every
 // run prints the same split) over the P*V virtual stages; stage s lives on rank s % P as chunk s / P.
+inline std::vector<std::vector<std::vector<int>>> split_layers(const ModelConfig& cfg, int P, int V = 1) {
+    std::vector<double> flops;
+    for (int i = 0; i < num_model_layers(cfg); i++) flops.push_back(layer_flops_per_token(cfg, i, 32));
+    std::vector<int> bounds = pp::partition(flops, P * V);
+    std::vector<std::vector<std::vector<int>>> split(P, std::vector<std::vector<int>>(V));   // [rank][chunk]
+    for (int s = 0; s < P * V; s++)
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) split[s % P][s / P].push_back(l);
+    return split;
+}
+
+// One rank's stage, every layer initialized from seed 1: any split (and any process) starts from
+// the same bits.
+inline std::unique_ptr<TransformerStage> make_stage(const ModelConfig& cfg, const std::vector<std::vector<int>>& chunks,
+                                                    Recompute recompute = Recompute::none, float dropout = 0.1f) {
+    RunOptions opt;
+    opt.seed = 1, opt.hidden_dropout = opt.attention_dropout = dropout;
+    auto stage = std::make_unique<TransformerStage>(cfg, chunks, recompute, opt);
+    for (Layer* l : stage->layers()) l->init(1, 0.02f);
+    return stage;
+}
+
 inline Model make_model(const ModelConfig& cfg, int P, int V = 1, Recompute recompute = Recompute::none,
                         int D = 1, float dropout = 0.1f) {
     Model m;
     m.cfg = cfg, m.P = P, m.V = V, m.D = D;
-    std::vector<double> flops;
-    for (int i = 0; i < num_model_layers(cfg); i++) flops.push_back(layer_flops_per_token(cfg, i, 32));
-    std::vector<int> bounds = pp::partition(flops, P * V);
-    m.split.assign(P, std::vector<std::vector<int>>(V));
-    for (int s = 0; s < P * V; s++)
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) m.split[s % P][s / P].push_back(l);
-    RunOptions opt;
-    opt.seed = 1, opt.hidden_dropout = opt.attention_dropout = dropout;
+    m.split = split_layers(cfg, P, V);
     for (int i = 0; i < P * D; i++) {
-        m.stages.push_back(std::make_unique<TransformerStage>(cfg, m.split[i % P], recompute, opt));
-        for (Layer* l : m.stages.back()->layers()) l->init(1, 0.02f);
+        m.stages.push_back(make_stage(cfg, m.split[i % P], recompute, dropout));
         m.optim.push_back(std::make_unique<Optimizer>(*m.stages.back()));
     }
     return m;

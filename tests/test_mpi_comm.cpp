@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "mpi_util.hpp"
 #include "process_util.hpp"
 #include "src/mpi_comm.hpp"
 
@@ -87,14 +88,7 @@ TEST_CASE("a rank that dies mid-exchange ends the job within its timeout") {
 }
 
 int main(int argc, char** argv) {
-    if (!pp::mpi_built()) {
-        std::printf("skipped: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then re-run cmake)\n");
-        return 77;
-    }
-    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
-        std::printf("skipped: no mpirun on PATH (apt-get install openmpi-bin)\n");
-        return 77;
-    }
+    if (int skip = test::mpi_skip_code()) return skip;
     doctest::Context ctx(argc, argv);
     return ctx.run();
 }

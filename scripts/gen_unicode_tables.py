@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Generate src/unicode_tables.inc: the Unicode facts the ERNIE/BERT tokenizer needs.
+"""Generate src/formats/unicode_tables.inc: the Unicode facts the ERNIE/BERT tokenizer needs.
 
 Run with the Python whose Unicode version the goldens were made with (3.11, Unicode 14.0):
-    /usr/bin/python3 scripts/gen_unicode_tables.py > src/unicode_tables.inc
+    /usr/bin/python3 scripts/gen_unicode_tables.py > src/formats/unicode_tables.inc
 Everything is stored as sorted ranges or sorted lists so the C++ side can binary-search it.
 """
 import sys

@@ -1,4 +1,4 @@
-// src/config.hpp — the model's shape, read from a Hugging Face-style config.json or a preset.
+// src/config.hpp — the model's shape: a preset, or read from config.json (src/formats/config_json.hpp).
 #pragma once
 #include <string>
 #include <vector>
@@ -24,14 +24,6 @@ struct ModelConfig {
     float attention_probs_dropout_prob = 0.1f;
 
     int head_size() const { return hidden_size / num_attention_heads; }
-    // Throws a one-line error naming `source` when the shape is impossible.
-    void check(const std::string& source) const;
-
-    // Reads config.json. Keys that decide the shape must be present: Hugging Face and
-    // PaddleNLP defaults differ, so a missing one is an error, never a silent default.
-    static ModelConfig from_json_file(const std::string& path);
-    static ModelConfig from_json_string(const std::string& text, const std::string& source);
-    std::string to_json_string() const;   // every key written out, Hugging Face names
 
     // tiny, small, and the shapes of ernie-3.0-{nano,micro,mini,medium,base}-zh.
     static ModelConfig preset(const std::string& name);

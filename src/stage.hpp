@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
-#include "src/data.hpp"
+#include "src/batch.hpp"
 #include "src/model.hpp"
 
 namespace pt {

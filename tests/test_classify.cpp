@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "src/config.hpp"
-#include "src/safetensors.hpp"
+#include "src/formats/config_json.hpp"
+#include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -27,7 +27,7 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     CAPTURE(r.out);
     CHECK(acc >= 0.75);   // 20 balanced dev examples: chance is 0.5
     CHECK(r.out.find("  eval | loss") != std::string::npos);   // progress reports dev accuracy
-    pt::ModelConfig cfg = pt::ModelConfig::from_json_file(out + "/config.json");
+    pt::ModelConfig cfg = pt::config_from_json_file(out + "/config.json");
     CHECK(cfg.num_labels == 2);
     Run e = run_cli("eval --model " + out + " --data " + kDev + " --seq 32");
     REQUIRE_MESSAGE(e.code == 0, e.out);
@@ -71,14 +71,14 @@ TEST_CASE("a classifier fine-tuned from a causal model attends both ways") {
     std::string base = temp_dir("causal-base");
     Run pre = run_cli("train --preset tiny --data " + kTrain + " --out " + base + " --steps 2 --batch 8 --seq 32 --objective causal");
     REQUIRE_MESSAGE(pre.code == 0, pre.out);
-    REQUIRE(pt::ModelConfig::from_json_file(base + "/config.json").is_decoder);
+    REQUIRE(pt::config_from_json_file(base + "/config.json").is_decoder);
     std::string a = temp_dir("ft-default"), b = temp_dir("ft-mlm");
     Run ra = run_cli("train --model " + base + " --steps 2 --out " + a + kFlags);
     Run rb = run_cli("train --model " + base + " --steps 2 --objective mlm --out " + b + kFlags);
     REQUIRE_MESSAGE(ra.code == 0, ra.out);
     REQUIRE_MESSAGE(rb.code == 0, rb.out);
     CHECK(read_file(a + "/model.safetensors") == read_file(b + "/model.safetensors"));
-    CHECK(!pt::ModelConfig::from_json_file(a + "/config.json").is_decoder);
+    CHECK(!pt::config_from_json_file(a + "/config.json").is_decoder);
     Run bad = run_cli("train --model " + base + " --steps 2 --objective causal --out " + temp_dir("ft-bad") + kFlags);
     CHECK(bad.code != 0);
     CHECK(bad.out.find("--objective causal: a classifier reads [CLS]") != std::string::npos);

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "src/safetensors.hpp"
+#include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;

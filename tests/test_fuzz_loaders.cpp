@@ -8,11 +8,11 @@
 #include <functional>
 #include <random>
 
-#include "src/config.hpp"
-#include "src/data.hpp"
-#include "src/io.hpp"
-#include "src/safetensors.hpp"
-#include "src/tokenizer.hpp"
+#include "src/formats/config_json.hpp"
+#include "src/formats/corpus.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/safetensors.hpp"
+#include "src/formats/tokenizer.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace pt;
@@ -67,7 +67,7 @@ std::string write_temp(const std::string& name, const std::string& bytes) {
 
 TEST_CASE("config.json mutations") {
     fuzz("config.json", read_file(test::fixture("ernie/nano-like/config.json")), 3000,
-         [](const std::string& text) { ModelConfig::from_json_string(text, "config.json").check("config.json"); });
+         [](const std::string& text) { check_config(config_from_json_string(text, "config.json"), "config.json"); });
 }
 
 TEST_CASE("vocab.txt mutations") {
@@ -111,16 +111,16 @@ TEST_CASE("fuzz finding: config.json floats beyond float32 range are refused") {
     };
     for (const char* eps : {"3.5e38", "1e300", "-3.5e38"}) {
         std::string text = with("\"layer_norm_eps\": 1e-12", std::string("\"layer_norm_eps\": ") + eps);
-        CHECK_THROWS_WITH_AS(ModelConfig::from_json_string(text, "config.json"),
+        CHECK_THROWS_WITH_AS(config_from_json_string(text, "config.json"),
                              doctest::Contains("config.json: \"layer_norm_eps\""), std::runtime_error);
     }
-    CHECK_THROWS_WITH_AS(ModelConfig::from_json_string(with("\"hidden_dropout_prob\": 0.1", "\"hidden_dropout_prob\": 1e39"),
+    CHECK_THROWS_WITH_AS(config_from_json_string(with("\"hidden_dropout_prob\": 0.1", "\"hidden_dropout_prob\": 1e39"),
                                                        "config.json"),
                          doctest::Contains("out of range"), std::runtime_error);
     // The largest float is a value, and what is saved reads back the same.
-    ModelConfig c = ModelConfig::from_json_string(with("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 3.4e38"), "config.json");
+    ModelConfig c = config_from_json_string(with("\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 3.4e38"), "config.json");
     CHECK(c.layer_norm_eps == 3.4e38f);
-    CHECK(ModelConfig::from_json_string(c.to_json_string(), "saved").to_json_string() == c.to_json_string());
+    CHECK(config_to_json(config_from_json_string(config_to_json(c), "saved")) == config_to_json(c));
 }
 
 TEST_CASE("fuzz finding: --inputs with a dimension beyond 32 bits is refused") {
@@ -144,9 +144,9 @@ TEST_CASE("fuzz finding: config.json num_labels is at most 2^20, as --labels") {
     const std::string shape = "\"vocab_size\": 16, \"hidden_size\": 1, \"num_hidden_layers\": 1, \"num_attention_heads\": 1, "
                               "\"intermediate_size\": 4, \"max_position_embeddings\": 8, \"type_vocab_size\": 2, "
                               "\"hidden_act\": \"relu\", \"use_task_id\": false";
-    CHECK(ModelConfig::from_json_string("{" + shape + ", \"num_labels\": 1048576}", "config.json").num_labels == 1 << 20);
+    CHECK(config_from_json_string("{" + shape + ", \"num_labels\": 1048576}", "config.json").num_labels == 1 << 20);
     for (const char* n : {"1048577", "2147483647"})
-        CHECK_THROWS_WITH_AS(ModelConfig::from_json_string("{" + shape + ", \"num_labels\": " + n + "}", "config.json"),
+        CHECK_THROWS_WITH_AS(config_from_json_string("{" + shape + ", \"num_labels\": " + n + "}", "config.json"),
                              doctest::Contains("num_labels"), std::runtime_error);
 }
 
@@ -170,7 +170,7 @@ TEST_CASE("fuzz finding: a config.json value with a newline gives a one-line err
     std::string text = read_file(test::fixture("ernie/nano-like/config.json"));
     text.replace(text.find("\"gelu\""), 6, "\"ge\\nlu\"");
     try {
-        ModelConfig::from_json_string(text, "config.json");
+        config_from_json_string(text, "config.json");
         FAIL("accepted");
     } catch (const std::runtime_error& e) {
         CHECK(std::string(e.what()).find("hidden_act") != std::string::npos);

@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "src/safetensors.hpp"
-#include "src/tokenizer.hpp"
+#include "src/formats/safetensors.hpp"
+#include "src/formats/tokenizer.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;

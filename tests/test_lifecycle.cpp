@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/config.hpp"
-#include "src/io.hpp"
-#include "src/json.hpp"
-#include "src/lifecycle.hpp"
-#include "src/sha256.hpp"
+#include "src/formats/config_json.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
+#include "src/formats/lifecycle.hpp"
+#include "src/formats/sha256.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -187,7 +187,7 @@ TEST_CASE("hostile JSON: a depth limit and one line naming the file, never a cra
     std::string e = error_of([&] { pt::parse_json(deep, "x.json"); });
     CHECK(e == "x.json: not valid JSON (nested deeper than 64 levels)");
     CHECK(error_of([&] { pt::parse_json(std::string(64, '[') + std::string(64, ']'), "ok.json"); }) == "");
-    e = error_of([&] { pt::ModelConfig::from_json_string("{\"vocab_size\": 1e447}", "cfg/config.json"); });
+    e = error_of([&] { pt::config_from_json_string("{\"vocab_size\": 1e447}", "cfg/config.json"); });
     CHECK(e.rfind("cfg/config.json: not valid JSON (number overflow", 0) == 0);
     // PaddleNLP's model_config.json nests init_args; 200,000 deep crashed inspect and eval.
     std::string dir = temp_dir("deep_init_args");

@@ -9,7 +9,7 @@
 #include <memory>
 #include <random>
 
-#include "src/data.hpp"
+#include "src/formats/corpus.hpp"
 #include "src/model.hpp"
 
 using namespace pt;

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "src/safetensors.hpp"
+#include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "src/safetensors.hpp"
+#include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;

@@ -18,8 +18,8 @@
 #include <random>
 #include <tuple>
 
-#include "src/io.hpp"
-#include "src/safetensors.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/safetensors.hpp"
 
 namespace fs = std::filesystem;
 using pt::st::File;

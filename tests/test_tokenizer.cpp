@@ -18,7 +18,8 @@
 
 #include <unistd.h>
 
-#include "src/tokenizer.hpp"
+#include "src/cli/commands.hpp"
+#include "src/formats/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using pt::Tokenizer;

@@ -16,8 +16,8 @@
 #include <sstream>
 #include <vector>
 
-#include "src/config.hpp"
-#include "src/safetensors.hpp"
+#include "src/formats/config_json.hpp"
+#include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -58,7 +58,7 @@ TEST_CASE("corpus training (causal) saves a model directory that reloads and sco
     REQUIRE(l.size() == 40);
     CHECK(l.back() < l.front() - 1.0);
     for (const char* f : {"config.json", "vocab.txt", "model.safetensors"}) CHECK(fs::exists(out + "/" + f));
-    pt::ModelConfig cfg = pt::ModelConfig::from_json_file(out + "/config.json");
+    pt::ModelConfig cfg = pt::config_from_json_file(out + "/config.json");
     CHECK(cfg.hidden_size == 64);
     CHECK(cfg.is_decoder);   // config.json says causal (Hugging Face's ErnieForCausalLM)
     pt::st::File model = pt::st::read(out + "/model.safetensors");

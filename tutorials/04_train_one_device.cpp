@@ -10,9 +10,10 @@
 #include <filesystem>
 
 #include "kernels/ops.hpp"
-#include "src/data.hpp"
+#include "src/formats/corpus.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/tokenizer.hpp"
 #include "src/stage.hpp"
-#include "src/tokenizer.hpp"
 
 using namespace pt;
 

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "src/checkpoint.hpp"
-#include "src/tokenizer.hpp"
-#include "src/trainer.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/formats/tokenizer.hpp"
+#include "src/cli/commands.hpp"
 
 using namespace pt;
 

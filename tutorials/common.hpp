@@ -18,9 +18,11 @@
 #include "kernels/ops.hpp"
 #include "pipeline.hpp"
 #include "src/comm.hpp"
+#include "src/formats/corpus.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/tokenizer.hpp"
 #include "src/stage.hpp"
 #include "src/step.hpp"
-#include "src/tokenizer.hpp"
 
 namespace lab {
 

@@ -3,8 +3,8 @@
 // [3, 66] from the last byte. Every packed sequence must be [CLS] (T-2 ids) [SEP].
 #include "tests/fuzz/fuzz_util.hpp"
 
-#include "src/data.hpp"
-#include "src/tokenizer.hpp"
+#include "src/formats/corpus.hpp"
+#include "src/formats/tokenizer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const pt::Tokenizer tok = pt::Tokenizer::from_file(fuzz::fixture("tokenizer/vocab.txt"));

@@ -3,7 +3,7 @@
 // for both objectives. An accepted batch must keep data.hpp's promise: every array is B*T long.
 #include "tests/fuzz/fuzz_util.hpp"
 
-#include "src/data.hpp"
+#include "src/formats/corpus.hpp"
 
 namespace {
 void check_batch(const pt::Batch& b) {

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "src/safetensors.hpp"
+#include "src/formats/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pt::st::File f;

@@ -3,7 +3,7 @@
 // and encode_pair (A and B split at the first TAB, max_len from the last byte).
 #include "tests/fuzz/fuzz_util.hpp"
 
-#include "src/tokenizer.hpp"
+#include "src/formats/tokenizer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const pt::Tokenizer tok = pt::Tokenizer::from_file(fuzz::fixture("tokenizer/vocab.txt"));

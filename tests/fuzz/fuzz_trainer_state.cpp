@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "src/trainer_state.hpp"
+#include "src/formats/trainer_state.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json state;

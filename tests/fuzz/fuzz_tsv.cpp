@@ -3,8 +3,8 @@
 // --labels in [2, 5] from the last byte. Each example must be T ids with a label in range.
 #include "tests/fuzz/fuzz_util.hpp"
 
-#include "src/data.hpp"
-#include "src/tokenizer.hpp"
+#include "src/formats/corpus.hpp"
+#include "src/formats/tokenizer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const pt::Tokenizer tok = pt::Tokenizer::from_file(fuzz::fixture("tokenizer/vocab.txt"));

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
-#include "src/io.hpp"
-#include "src/tokenizer.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/tokenizer.hpp"
 
 namespace {
 void check_ids(const pt::Tokenizer& tok, const std::vector<int32_t>& ids) {

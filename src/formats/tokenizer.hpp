@@ -72,11 +72,4 @@ std::vector<std::string> build_vocab(const std::vector<std::string>& lines, size
 // single word is an error too.
 std::vector<std::string> build_vocab_file(const std::string& path, size_t max_size);
 
-// The CLI commands; args are the words after the command name. Return the exit code:
-// 0 on success, 2 (after a one-line error on stderr) on bad flags, files or input.
-//   pipetrain tokenize --vocab FILE [--ids] (TEXT | --file F)   one output line per input line
-//   pipetrain vocab --data F --out vocab.txt [--size N]
-int tokenize_main(const std::vector<std::string>& args);
-int vocab_main(const std::vector<std::string>& args);
-
 }  // namespace pt

@@ -1,11 +1,11 @@
-#include "src/trainer_state.hpp"
+#include "src/formats/trainer_state.hpp"
 
 #include <algorithm>
 #include <iterator>
 #include <stdexcept>
 
-#include "src/io.hpp"
-#include "src/json.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
 
 namespace pt {
 

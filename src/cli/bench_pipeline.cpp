@@ -1,5 +1,12 @@
-// src/bench_pipeline.cpp — see bench_pipeline.hpp. Used by scripts/bench_pipeline.sh.
-#include "src/bench_pipeline.hpp"
+// src/cli/bench_pipeline.cpp — `pipetrain bench-pipeline`: real pipelined steps against pp::simulate.
+//
+// Measures the forward, input-gradient and weight-gradient time of every layer, runs real
+// pipelined steps (one thread per stage, ThreadComm) for P = 1, 2, 4 and each schedule, and
+// prints the measured makespan (median over steps, from the measured timeline) next to what
+// pp::simulate predicts from the per-stage costs, and the speed-up against one stage and against
+// the theory M / (M + P - 1) · P. A benchmark: it prints numbers and asserts nothing.
+// Used by scripts/bench_pipeline.sh.
+#include "src/cli/commands.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,9 +16,9 @@
 #include <thread>
 
 #include "pipeline.hpp"
-#include "src/args.hpp"
+#include "src/cli/args.hpp"
 #include "src/comm.hpp"
-#include "src/io.hpp"
+#include "src/formats/io.hpp"
 #include "src/stage.hpp"
 
 namespace pt {

@@ -1,4 +1,4 @@
-#include "src/args.hpp"
+#include "src/cli/args.hpp"
 
 #include <cerrno>
 #include <cmath>

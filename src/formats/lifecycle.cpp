@@ -1,5 +1,5 @@
 // src/lifecycle.cpp — staging, sealing, committing and pruning directories: see lifecycle.hpp.
-#include "src/lifecycle.hpp"
+#include "src/formats/lifecycle.hpp"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/io.hpp"
-#include "src/json.hpp"
-#include "src/sha256.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
+#include "src/formats/sha256.hpp"
 
 namespace pt {
 

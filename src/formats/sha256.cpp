@@ -1,6 +1,6 @@
 // src/sha256.cpp — SHA-256 as FIPS 180-4 writes it: 64 rounds over 64-byte blocks.
 // Version 1 (block) is the specification in C++; version 2 uses the CPU's SHA instructions.
-#include "src/sha256.hpp"
+#include "src/formats/sha256.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-#include "src/io.hpp"
+#include "src/formats/io.hpp"
 
 namespace pt {
 

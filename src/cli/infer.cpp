@@ -8,11 +8,11 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "src/args.hpp"
-#include "src/checkpoint.hpp"
-#include "src/data.hpp"
-#include "src/tokenizer.hpp"
-#include "src/trainer.hpp"
+#include "src/cli/args.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/formats/corpus.hpp"
+#include "src/formats/tokenizer.hpp"
+#include "src/cli/commands.hpp"
 
 namespace pt {
 

@@ -1,9 +1,9 @@
 // safetensors.cpp — see safetensors.hpp. Assumes a little-endian host (x86, ARM), as the
 // format does, so tensor bytes are copied as they are.
-#include "src/safetensors.hpp"
+#include "src/formats/safetensors.hpp"
 
-#include "src/io.hpp"
-#include "src/json.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
 
 #include <algorithm>
 #include <cfloat>

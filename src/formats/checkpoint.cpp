@@ -1,4 +1,4 @@
-#include "src/checkpoint.hpp"
+#include "src/formats/checkpoint.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,10 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/io.hpp"
-#include "src/json.hpp"
-#include "src/lifecycle.hpp"
-#include "src/tokenizer.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
+#include "src/formats/lifecycle.hpp"
+#include "src/formats/tokenizer.hpp"
+#include "src/formats/config_json.hpp"
 
 namespace pt {
 
@@ -369,7 +370,7 @@ void write_weights(const std::string& path, const std::vector<Layer*>& layers, c
 void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines) {
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
-    write_file_atomic(dir + "/config.json", cfg.to_json_string());
+    write_file_atomic(dir + "/config.json", config_to_json(cfg));
     write_file_atomic(dir + "/vocab.txt", vocab);
 }
 
@@ -398,7 +399,7 @@ ModelConfig load_model_config(const std::string& dir) {
     for (const char* name : {"config.json", "model_config.json"}) {
         std::string path = dir + "/" + name;
         if (!fs::exists(path)) continue;
-        ModelConfig c = ModelConfig::from_json_file(path);
+        ModelConfig c = config_from_json_file(path);
         // The tensors every checkpoint of this shape holds, at 2 bytes (bf16) or more each, must
         // about fit in its weight files: a wrong size would otherwise allocate gigabytes before the
         // first tensor is checked (or the OOM killer ends the process). Within 64 MiB, the load

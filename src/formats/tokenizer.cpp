@@ -1,9 +1,8 @@
 // tokenizer.cpp — ERNIE/BERT BasicTokenizer + WordPiece, the vocab builder and their CLI commands.
 // See tokenizer.hpp for the numbered steps; the code below follows them in order.
-#include "src/tokenizer.hpp"
+#include "src/formats/tokenizer.hpp"
 
-#include "src/args.hpp"
-#include "src/io.hpp"
+#include "src/formats/io.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -15,7 +14,7 @@
 namespace pt {
 namespace {
 
-#include "unicode_tables.inc"
+#include "src/formats/unicode_tables.inc"
 
 const char* const kSpecialTokens[] = {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"};
 constexpr size_t kMaxCharsPerWord = 100;
@@ -403,46 +402,6 @@ std::vector<std::string> build_vocab(const std::vector<std::string>& lines, size
     return vocab;
 }
 
-// ---- CLI -----------------------------------------------------------------------------------
-
-int tokenize_main(const std::vector<std::string>& argv) {
-    try {
-        if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) {
-            std::fputs("usage: pipetrain tokenize --vocab FILE [--ids] (TEXT | --file F)\n", stdout);
-            return 0;
-        }
-        Args a(argv, {"--vocab", "--file"}, {"--ids"}, true);
-        if (a.positional().size() > 1) throw std::runtime_error("TEXT: more than one argument (quote the text)");
-        bool have_text = a.positional().size() == 1;
-        if (have_text == a.has("--file")) throw std::runtime_error("TEXT / --file: give exactly one of them");
-        Tokenizer tok = Tokenizer::from_file(a.required("--vocab"));
-        std::string source = have_text ? "TEXT" : a.str("--file");
-        std::vector<std::string> lines = have_text ? split_lines(a.positional()[0]) : read_lines(source);
-        if (have_text && lines.empty()) lines.emplace_back();   // an empty TEXT is one empty input
-        std::string out;                                        // printed only when every line succeeded
-        for (size_t l = 0; l < lines.size(); ++l) {
-            std::vector<std::string> tokens;
-            try {
-                tokens = tok.tokenize(lines[l]);
-            } catch (const std::runtime_error& e) {
-                throw std::runtime_error(source + " line " + std::to_string(l + 1) + ": " + e.what());
-            }
-            std::vector<int32_t> token_ids = tok.convert_tokens_to_ids(tokens);
-            for (size_t k = 0; k < tokens.size(); ++k) {
-                if (k) out += ' ';
-                out += a.has("--ids") ? std::to_string(token_ids[k]) : tokens[k];
-            }
-            out += '\n';
-        }
-        if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0)
-            throw std::runtime_error("cannot write to stdout");
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "pipetrain tokenize: %s\n", e.what());
-        return 2;
-    }
-}
-
 std::vector<std::string> build_vocab_file(const std::string& path, size_t max_size) {
     std::vector<std::string> lines = read_lines(path), vocab;
     try {
@@ -452,27 +411,6 @@ std::vector<std::string> build_vocab_file(const std::string& path, size_t max_si
     }
     if (vocab.size() == 5 && max_size > 5) fail(path, "no words to build a vocabulary from");   // specials alone
     return vocab;
-}
-
-int vocab_main(const std::vector<std::string>& argv) {
-    try {
-        Args a(argv, {"--data", "--out", "--size"});
-        std::string data = a.required("--data"), out_path = a.required("--out");
-        std::error_code ec;
-        if (std::filesystem::equivalent(data, out_path, ec))
-            throw std::runtime_error("--out: " + out_path + " is the --data file; it would be overwritten");
-        // 8000 is enough for the Chinese poems of the labs with room for words.
-        size_t size = size_t(a.integer("--size", 8000, 5, 10000000));
-        std::vector<std::string> vocab = build_vocab_file(data, size);
-        std::string text;
-        for (const std::string& t : vocab) text += t + '\n';
-        write_file_atomic(out_path, text);
-        std::fprintf(stderr, "wrote %zu tokens to %s\n", vocab.size(), out_path.c_str());
-        return 0;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "pipetrain vocab: %s\n", e.what());
-        return 2;
-    }
 }
 
 }  // namespace pt

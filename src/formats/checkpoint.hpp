@@ -14,7 +14,7 @@
 
 #include "src/config.hpp"
 #include "src/model.hpp"
-#include "src/safetensors.hpp"
+#include "src/formats/safetensors.hpp"
 
 namespace pt {
 
@@ -96,7 +96,5 @@ std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<
 
 std::string shape_str(const std::vector<int64_t>& shape);   // "[3, 16]"
 
-// `pipetrain inspect FILE.safetensors | DIR [--strict]`
-int inspect_main(const std::vector<std::string>& args);
 
 }  // namespace pt

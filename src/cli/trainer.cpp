@@ -1,4 +1,4 @@
-#include "src/trainer.hpp"
+#include "src/cli/commands.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -21,24 +21,24 @@
 
 #include "kernels/ops.hpp"
 #include "pipeline.hpp"
-#include "src/args.hpp"
-#include "src/checkpoint.hpp"
+#include "src/cli/args.hpp"
+#include "src/formats/checkpoint.hpp"
 #include "src/comm.hpp"
-#include "src/data.hpp"
+#include "src/formats/corpus.hpp"
 #include "src/device.hpp"
 #ifdef PIPETRAIN_NCCL
 #include "src/nccl_comm.hpp"
 #endif
 #include "src/interrupt.hpp"
 #include "src/mpi_comm.hpp"
-#include "src/io.hpp"
-#include "src/json.hpp"
-#include "src/lifecycle.hpp"
-#include "src/safetensors.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
+#include "src/formats/lifecycle.hpp"
+#include "src/formats/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/step.hpp"
-#include "src/tokenizer.hpp"
-#include "src/trainer_state.hpp"
+#include "src/formats/tokenizer.hpp"
+#include "src/formats/trainer_state.hpp"
 #include "src/watchdog.hpp"
 
 namespace pt {
@@ -674,6 +674,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         slots[3 + 3 * rank] = double(stage.peak_stash_bytes());
         auto dump = [&] {   // step 1's summed gradients, before clipping: rank 0 writes them
             if (w.dump_grads.empty() || step != 0) return;
+            comm.barrier();   // every rank's data-parallel sum is done: rank 0 may read its process's ranks
             std::vector<std::unique_ptr<Layer>> held;
             for (Layer* l : gather_replica(w, comm, rank, true, held)) {
                 std::vector<float> g = l->grads.host();

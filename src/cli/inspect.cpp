@@ -7,9 +7,9 @@
 #include <memory>
 #include <stdexcept>
 
-#include "src/args.hpp"
-#include "src/checkpoint.hpp"
-#include "src/lifecycle.hpp"
+#include "src/cli/args.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/formats/lifecycle.hpp"
 
 namespace pt {
 

@@ -1,4 +1,4 @@
-#include "src/io.hpp"
+#include "src/formats/io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

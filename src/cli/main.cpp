@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "src/bench_pipeline.hpp"
-#include "src/checkpoint.hpp"
-#include "src/tokenizer.hpp"
-#include "src/trainer.hpp"
+#include "src/cli/commands.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/formats/tokenizer.hpp"
+#include "src/cli/commands.hpp"
 
 #if defined(__GLIBC__)
 #include <malloc.h>

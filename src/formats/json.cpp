@@ -1,8 +1,8 @@
-#include "src/json.hpp"
+#include "src/formats/json.hpp"
 
 #include <stdexcept>
 
-#include "src/io.hpp"
+#include "src/formats/io.hpp"
 
 namespace pt {
 

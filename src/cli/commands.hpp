@@ -1,0 +1,22 @@
+// src/cli/commands.hpp — the pipetrain commands (src/cli/main.cpp dispatches to them). Each takes
+// the words after the command name and returns the exit code: 0 on success, non-zero after a
+// one-line error on stderr (main prints the errors these throw).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace pt {
+
+int train_main(const std::vector<std::string>& args, const std::string& program);   // trainer.cpp
+int train_main(const std::vector<std::string>& args);   // program: "pipetrain"
+int eval_main(const std::vector<std::string>& args);
+int schedule_main(const std::vector<std::string>& args);
+int partition_main(const std::vector<std::string>& args);
+int fill_mask_main(const std::vector<std::string>& args);        // infer.cpp
+int generate_main(const std::vector<std::string>& args);         // infer.cpp
+int inspect_main(const std::vector<std::string>& args);          // inspect.cpp: FILE.safetensors | DIR [--strict]
+int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp: --vocab FILE [--ids] (TEXT | --file F)
+int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]
+int bench_pipeline_main(const std::vector<std::string>& args);   // bench_pipeline.cpp
+
+}  // namespace pt

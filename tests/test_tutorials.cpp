@@ -158,3 +158,17 @@ TEST_CASE("13_processes: processes give the threads' bits, and both timelines ar
     CHECK(numbers(r.out, R"(\nrank 3 \|[^\n]*\|\n)").size() == 2);   // threads', then processes' timeline
     CHECK(numbers(r.out, R"(processes / threads = ([0-9.]+))").size() == 1);
 }
+
+TEST_CASE("14_bring_your_own_model: pipeline.hpp alone, 1F1B and ZB-H1 give one thread's bits") {
+    // CMake builds this tutorial with a copy of pipeline.hpp as its only include directory.
+    Run r = run_tutorial("14_bring_your_own_model");
+    auto count = [&](const std::string& s) {
+        size_t n = 0;
+        for (size_t at = r.out.find(s); at != std::string::npos; at = r.out.find(s, at + 1)) n++;
+        return n;
+    };
+    CHECK(count("gradients: bitwise equal") == 2);   // 1f1b, zb-h1
+    CHECK(count("loss: bitwise equal") == 2);
+    CHECK(!has(r.out, "max difference"));
+    CHECK(numbers(r.out, R"(\nrank 3 \|[^\n]*\|\n)").size() == 2);   // both measured timelines
+}

@@ -345,6 +345,11 @@ struct World {
     int start_step = 0, save_every = 0, keep = 2;   // --resume, --save-every, --keep
     Device device;                                     // --device: rank r on GPU (index + r) mod count
     int gpus = 0;
+    pp::MpiWorld* mpi = nullptr;                       // null: the ranks are threads of this process
+    int rank = 0;                                      // with mpi, this process's rank
+    bool root = true;                                  // rank 0 runs here: it prints, owns --out, commits
+    std::string comm, schedule_name, dtype = "fp32";   // --comm (resolved by choose_comm), --schedule, --dtype
+    double timeout = 120;                              // --timeout
     bool processes = false;                            // one rank per process (MPI)
     int local_rank = 0;                                // with processes: this rank's place on its node
     std::string out, save_format = "hf", resume;
@@ -778,33 +783,14 @@ std::string continue_command(const std::string& program, const std::vector<std::
 
 // ---- pipetrain train ------------------------------------------------------------------------
 
-// The run, in every process: all ranks as threads (mpi null), or this process's rank of an MPI job.
-int train(Args& a, const std::vector<std::string>& argv, const std::string& program, pp::MpiWorld* mpi) {
-    int rank = 0;
-#ifdef PIPETRAIN_MPI
-    if (mpi) rank = mpi->rank();
-#endif
-    bool root = rank == 0;   // rank 0 prints, owns --out and writes what is not a shard
-    std::string comm_name = a.str("--comm", "auto");
-    nlohmann::json saved_state = a.has("--resume") ? read_trainer_state(a.str("--resume")) : nlohmann::json();
-    if (a.has("--resume")) resume_defaults(a, saved_state);
-    World w;
-    Setup s = make_setup(a, true);
-    w.setup = &s;
+// The flags that size the run, into w (and the batch size into s).
+void read_flags(World& w, Setup& s, Args& a) {
     w.out = a.required("--out");
     w.save_format = a.str("--save-format", "hf");
     if (w.save_format != "hf" && w.save_format != "paddle")
         throw std::runtime_error("--save-format: expected hf or paddle, got \"" + w.save_format + "\"");
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
-#ifdef PIPETRAIN_MPI
-    if (mpi && mpi->size() != w.P * w.D) {   // every process sees it: rank 0 says it, all exit
-        if (!root) return 1;
-        std::fprintf(stderr, "pipetrain train: --stages %d × --dp %d = %d ranks, but the launcher started %d processes "
-                     "(mpirun -np %d)\n", w.P, w.D, w.P * w.D, mpi->size(), w.P * w.D);
-        return 1;
-    }
-#endif
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
     w.V = int(a.integer("--chunks", 1, 1, 64));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
@@ -815,7 +801,6 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     w.warmup = int(a.integer("--warmup", std::max(1, w.steps / 10), 1, 1 << 30));
     w.dump_grads = a.str("--dump-grads");
     w.eval_every = int(a.integer("--eval-every", s.cfg.num_labels > 0 ? std::max(1, w.steps / 5) : 0, 0, 1 << 30));
-    double timeout = a.real("--timeout", 120.0, 1e-3, 1e6);
     bool fixed = s.train.empty() && s.examples.empty();
     s.B = fixed ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
     if (fixed && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
@@ -823,16 +808,20 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     if (s.B % (w.D * w.M) != 0)
         throw std::runtime_error("--batch: " + std::to_string(s.B) + " is not divisible by --dp × --micro-batches = " +
                                  std::to_string(w.D * w.M));
+}
+
+// The schedule, the devices, the split of the layers over the ranks, and how the layers run.
+void plan_pipeline(World& w, const Setup& s, Args& a) {
     w.recompute = parse_recompute(a.str("--recompute", "none"));
-    std::string sched_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
-    w.schedule = make_schedule(sched_name, w.P, w.M, w.V);
+    w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
+    w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
     pp::validate(w.schedule);
     w.device = parse_device(a.str("--device", "cpu"));
     w.gpus = w.device.cuda ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
     LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T, w.device);
 #ifdef PIPETRAIN_MPI
     // Measured times differ from process to process: every rank takes rank 0's, so all split alike.
-    if (mpi) mpi->broadcast(costs.cost.data(), costs.cost.size() * sizeof(double), 0);
+    if (w.mpi) w.mpi->broadcast(costs.cost.data(), costs.cost.size() * sizeof(double), 0);
 #endif
     w.split = split_layers(costs, w.P, w.V);
     w.owner.assign(num_model_layers(s.cfg), 0);
@@ -840,19 +829,22 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
         for (const auto& chunk : w.split[p])
             for (int l : chunk) w.owner[l] = p;
 
-    std::string dtype = a.str("--dtype", "fp32");
-    if (dtype != "fp32" && dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + dtype + "\"");
+    w.dtype = a.str("--dtype", "fp32");
+    if (w.dtype != "fp32" && w.dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + w.dtype + "\"");
     w.run_opt.train = true, w.run_opt.causal = s.objective == Objective::causal, w.run_opt.seed = s.seed;
-    w.run_opt.bf16 = dtype == "bf16";
+    w.run_opt.bf16 = w.dtype == "bf16";
     w.run_opt.hidden_dropout = s.cfg.hidden_dropout_prob, w.run_opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
-    int R = w.P * w.D;
+}
+
+// Which transport carries the ranks' messages (w.comm: thread, nccl or mpi).
+void choose_comm(World& w) {
     // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
     // ThreadComm (host copies, or device-to-device copies on a GPU). Processes talk through MPI:
     // NCCL bootstrapped over MPI when every rank of a node has a GPU of its own (--comm auto or
     // nccl), else MpiComm, whose messages from GPU memory go through host memory (--comm mpi).
-    int ranks_here = R;   // the ranks that share this machine's GPUs
+    int R = w.P * w.D, ranks_here = R;   // the ranks that share this machine's GPUs
 #ifdef PIPETRAIN_MPI
-    if (mpi) ranks_here = mpi->local_size();
+    if (w.mpi) ranks_here = w.mpi->local_size();
 #endif
     bool nccl_possible = w.device.cuda && R > 1 && ranks_here <= w.gpus;
     // libnccl is opened (dlopen) only when the run asks for it or could use it: a CPU run never
@@ -860,16 +852,21 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     std::string no_nccl = "this build has no NCCL";
     bool nccl_loads = false;
 #ifdef PIPETRAIN_NCCL
-    if (comm_name == "nccl" || (comm_name == "auto" && nccl_possible)) nccl_loads = pp::nccl_available(&no_nccl);
+    if (w.comm == "nccl" || (w.comm == "auto" && nccl_possible)) nccl_loads = pp::nccl_available(&no_nccl);
 #endif
-    if (comm_name == "nccl" && !nccl_loads) throw std::runtime_error("--comm nccl: " + no_nccl);
-    if (comm_name == "auto" && nccl_possible && !nccl_loads && root)
+    if (w.comm == "nccl" && !nccl_loads) throw std::runtime_error("--comm nccl: " + no_nccl);
+    if (w.comm == "auto" && nccl_possible && !nccl_loads && w.root)
         std::fprintf(stderr, "pipetrain train: note: --comm auto uses the %s communicator, NCCL is unavailable: %s\n",
-                     mpi ? "MPI" : "thread", no_nccl.c_str());
-    if (comm_name == "auto") comm_name = nccl_possible && nccl_loads ? "nccl" : mpi ? "mpi" : "thread";
-    if (comm_name == "nccl" && !nccl_possible)
+                     w.mpi ? "MPI" : "thread", no_nccl.c_str());
+    if (w.comm == "auto") w.comm = nccl_possible && nccl_loads ? "nccl" : w.mpi ? "mpi" : "thread";
+    if (w.comm == "nccl" && !nccl_possible)
         throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(ranks_here) +
-                                 " ranks" + (mpi ? " on this machine, " : ", ") + std::to_string(w.gpus) + " GPUs)");
+                                  " ranks" + (w.mpi ? " on this machine, " : ", ") + std::to_string(w.gpus) + " GPUs)");
+}
+
+// Checkpoints and the state an exact --resume needs; then this process's ranks are made: all of
+// them, or under MPI its own.
+void make_state_and_ranks(World& w, const Setup& s, Args& a, const nlohmann::json& saved) {
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
     if (a.has("--keep") && w.save_every == 0) throw std::runtime_error("--keep: only with --save-every (it keeps the last K checkpoints)");
@@ -883,96 +880,106 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
         if (std::mismatch(from.begin(), from.end(), to.begin(), to.end()).first == from.end())
             throw std::runtime_error("--out: " + w.out + " is inside the checkpoint --resume reads (" + a.str("--resume") +
                                      "): saving there would overwrite it");
-        check_resume_state(w, a.str("--resume"), saved_state);
+        check_resume_state(w, a.str("--resume"), saved);
     }
     w.state["save-format"] = w.save_format;   // not compared on --resume: it does not change the bits
-    // This process's ranks: all of them, or under MPI its own.
+    int R = w.P * w.D;
     w.stages.resize(R), w.optim.resize(R);
     for (int r = 0; r < R; r++)
-        if (!mpi || r == rank) make_rank(w, r);
+        if (!w.mpi || r == w.rank) make_rank(w, r);
     w.peak_stash.assign(w.P, 0.0);
     w.trace = a.has("--trace");
+}
 
-    // What the run will write is checked, and --out made, before training: a path that cannot be
-    // written fails now, not after the run. Rank 0 owns --out: it locks it, recovers it, commits
-    // into it; the other ranks write only their checkpoint shards, into rank 0's staging directory.
-    bool made_out = false;
-    struct Fd {
-        int fd = -1;
-        ~Fd() { if (fd >= 0) ::close(fd); }
-    } out_lock;
-    if (root) {
-        for (const char* flag : {"--trace", "--dump-grads"})
-            if (a.has(flag)) check_output_path(a.str(flag), flag);
-        for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
-            if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
-        made_out = !std::filesystem::exists(w.out);
-        std::error_code ec;
-        std::filesystem::create_directories(w.out, ec);
-        if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
-        // One run per --out: two would stage their checkpoints under the same names. The lock is the
-        // directory's own (flock), released when the process ends, however it ends.
-        out_lock.fd = ::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (out_lock.fd < 0 || ::flock(out_lock.fd, LOCK_EX | LOCK_NB) != 0)
-            throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
-        recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
-
-        int64_t n_params = 0;
-        for (int i = 0; i < num_model_layers(s.cfg); i++) {
-            std::unique_ptr<Layer> l = make_layer(s.cfg, i);   // one at a time: this rank may hold none of them
-            for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
-        }
-        std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
-                    s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
-                    !s.examples.empty() ? (std::to_string(s.examples.size()) + " labeled examples of " + std::to_string(s.T)).c_str()
-                    : s.train.empty()   ? ("fixed batch " + a.str("--inputs")).c_str()
-                                        : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
-        std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
-                    sched_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
-        std::printf("device: %s", w.device.name().c_str());
-        if (w.device.cuda && !mpi) {
-            std::printf(" | ranks on");
-            for (int r = 0; r < R; r++) std::printf(" %s", device_of_rank(w, r).name().c_str());
-        }
-        std::printf(" | %s | comm %s%s\n", dtype == "bf16" ? "bf16 GEMMs, fp32 weights and optimizer" : "fp32", comm_name.c_str(),
-                    mpi ? (" (" + std::to_string(R) + " processes)").c_str() : "");
-        for (int p = 0; p < w.P; p++) {
-            std::printf("  stage %d:", p);
-            for (const auto& chunk : w.split[p]) {
-                std::printf(" [");
-                for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
-                std::printf("]");
-            }
-            std::printf("\n");
-        }
-        std::fflush(stdout);
+// --out, made and locked by rank 0 before training: a path that cannot be written fails now, not
+// after the run. The lock is released when the process ends, however it ends.
+struct OutDir {
+    bool made = false;   // by this run: removed again if the run fails before saving anything
+    int lock = -1;
+    OutDir() = default;
+    OutDir(OutDir&& o) noexcept : made(o.made), lock(o.lock) { o.lock = -1; }
+    OutDir& operator=(OutDir&& o) noexcept {
+        std::swap(made, o.made), std::swap(lock, o.lock);
+        return *this;
     }
+    ~OutDir() { if (lock >= 0) ::close(lock); }
+};
 
-    // From here a first Ctrl-C or SIGTERM stops the run after the step in flight, with a checkpoint
-    // (run_rank); until the end, so that one after the last step lets the final save finish.
-    InterruptHandlers interrupts;
-    auto t0 = Clock::now();
+OutDir prepare_out(World& w, Args& a) {
+    for (const char* flag : {"--trace", "--dump-grads"})
+        if (a.has(flag)) check_output_path(a.str(flag), flag);
+    for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
+        if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
+    OutDir o;
+    o.made = !std::filesystem::exists(w.out);
+    std::error_code ec;
+    std::filesystem::create_directories(w.out, ec);
+    if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
+    // One run per --out: two would stage their checkpoints under the same names. The lock is the
+    // directory's own (flock), released when the process ends, however it ends.
+    o.lock = ::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (o.lock < 0 || ::flock(o.lock, LOCK_EX | LOCK_NB) != 0)
+        throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
+    recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
+    return o;
+}
+
+// Rank 0's first lines: the model, the data, the pipeline, the devices, the split.
+void print_banner(const World& w, const Setup& s, Args& a) {
+    int64_t n_params = 0;
+    for (int i = 0; i < num_model_layers(s.cfg); i++) {
+        std::unique_ptr<Layer> l = make_layer(s.cfg, i);   // one at a time: this rank may hold none of them
+        for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
+    }
+    std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
+                s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
+                !s.examples.empty() ? (std::to_string(s.examples.size()) + " labeled examples of " + std::to_string(s.T)).c_str()
+                : s.train.empty()   ? ("fixed batch " + a.str("--inputs")).c_str()
+                                    : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
+    std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
+                w.schedule_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
+    std::printf("device: %s", w.device.name().c_str());
+    if (w.device.cuda && !w.mpi) {
+        std::printf(" | ranks on");
+        for (int r = 0; r < w.P * w.D; r++) std::printf(" %s", device_of_rank(w, r).name().c_str());
+    }
+    std::printf(" | %s | comm %s%s\n", w.dtype == "bf16" ? "bf16 GEMMs, fp32 weights and optimizer" : "fp32", w.comm.c_str(),
+                w.mpi ? (" (" + std::to_string(w.P * w.D) + " processes)").c_str() : "");
+    for (int p = 0; p < w.P; p++) {
+        std::printf("  stage %d:", p);
+        for (const auto& chunk : w.split[p]) {
+            std::printf(" [");
+            for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
+            std::printf("]");
+        }
+        std::printf("\n");
+    }
+    std::fflush(stdout);
+}
+
+// The ranks run: as threads (ThreadComm, or NCCL for one GPU each), or as this process's rank.
+void run_world(World& w, bool made_out) {
     try {
-        if (mpi) {
+        if (w.mpi) {
 #ifdef PIPETRAIN_MPI
-            w.processes = true, w.local_rank = mpi->local_rank();
-            if (comm_name == "nccl") {
+            w.processes = true, w.local_rank = w.mpi->local_rank();
+            if (w.comm == "nccl") {
 #ifdef PIPETRAIN_NCCL
-                set_device(device_of_rank(w, rank), rank);
-                pp::MpiComm host(*mpi);
-                pp::NcclWorld world(*mpi, device_of_rank(w, rank).index, timeout);
-                pp::NcclComm comm(world, host, rank);
-                pp::run_mpi_rank(*mpi, [&](pp::Comm&) { run_rank(w, comm, rank); });
+                set_device(device_of_rank(w, w.rank), w.rank);
+                pp::MpiComm host(*w.mpi);
+                pp::NcclWorld world(*w.mpi, device_of_rank(w, w.rank).index, w.timeout);
+                pp::NcclComm comm(world, host, w.rank);
+                pp::run_mpi_rank(*w.mpi, [&](pp::Comm&) { run_rank(w, comm, w.rank); });
 #endif
             } else {
-                pp::run_mpi_rank(*mpi, [&](pp::Comm& comm) { run_rank(w, comm, rank); });
+                pp::run_mpi_rank(*w.mpi, [&](pp::Comm& comm) { run_rank(w, comm, w.rank); });
             }
 #endif
-        } else if (comm_name == "nccl") {
+        } else if (w.comm == "nccl") {
 #ifdef PIPETRAIN_NCCL
             std::vector<int> gpus;
-            for (int r = 0; r < R; r++) gpus.push_back(device_of_rank(w, r).index);
-            pp::NcclWorld world(gpus, timeout);
+            for (int r = 0; r < w.P * w.D; r++) gpus.push_back(device_of_rank(w, r).index);
+            pp::NcclWorld world(gpus, w.timeout);
             pp::run_ranks(world.host(), [&](int rank) {
                 set_device(device_of_rank(w, rank), rank);
                 pp::NcclComm comm(world, rank);
@@ -980,7 +987,7 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
             });
 #endif
         } else {
-            pp::ThreadWorld world(R, timeout);
+            pp::ThreadWorld world(w.P * w.D, w.timeout);
             pp::run_ranks(world, [&](int rank) {
                 pp::ThreadComm comm(world, rank);
                 run_rank(w, comm, rank);
@@ -991,8 +998,11 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
         if (made_out && std::filesystem::is_empty(w.out, ec)) std::filesystem::remove(w.out, ec);
         throw;
     }
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!root) return w.stopped_at > 0 ? interrupt_exit_code(interrupt_signal()) : 0;
+}
+
+// After the run, on every process: rank 0 writes the trace and --dump-grads and prints the end.
+int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& argv, const std::string& program, double secs) {
+    if (!w.root) return w.stopped_at > 0 ? interrupt_exit_code(interrupt_signal()) : 0;
     if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);   // step 1 did run
     if (w.stopped_at > 0) {
         // The checkpoint is the result. OUT/model.safetensors is not written: next to the config it
@@ -1009,7 +1019,7 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
         for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
         write_file_atomic(a.str("--trace"), pp::chrome_trace(w.trace_events));
         std::printf("%s", pp::ascii_timeline(w.trace_events, w.P, 100).c_str());
-        if (mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
+        if (w.mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
     }
     std::printf("peak stash bytes per stage:");
     for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.peak_stash[p]);
@@ -1024,6 +1034,42 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     std::printf("done: %d steps in %.1fs | final loss %s | %s | saved %s\n", w.steps, secs, final_loss,
                 w.final_eval.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
     return 0;
+}
+
+// The run, in every process: all ranks as threads (mpi null), or this process's rank of an MPI job.
+int train(Args& a, const std::vector<std::string>& argv, const std::string& program, pp::MpiWorld* mpi) {
+    World w;
+    w.mpi = mpi;
+#ifdef PIPETRAIN_MPI
+    if (mpi) w.rank = mpi->rank();
+#endif
+    w.root = w.rank == 0;
+    w.comm = a.str("--comm", "auto");
+    w.timeout = a.real("--timeout", 120.0, 1e-3, 1e6);
+    nlohmann::json saved = a.has("--resume") ? read_trainer_state(a.str("--resume")) : nlohmann::json();
+    if (a.has("--resume")) resume_defaults(a, saved);
+    Setup s = make_setup(a, true);
+    w.setup = &s;
+    read_flags(w, s, a);
+#ifdef PIPETRAIN_MPI
+    if (mpi && mpi->size() != w.P * w.D) {   // every process sees it: rank 0 says it, all exit
+        if (!w.root) return 1;
+        std::fprintf(stderr, "pipetrain train: --stages %d × --dp %d = %d ranks, but the launcher started %d processes "
+                     "(mpirun -np %d)\n", w.P, w.D, w.P * w.D, mpi->size(), w.P * w.D);
+        return 1;
+    }
+#endif
+    plan_pipeline(w, s, a);
+    choose_comm(w);
+    make_state_and_ranks(w, s, a, saved);
+    OutDir out;
+    if (w.root) out = prepare_out(w, a), print_banner(w, s, a);
+    // From here a first Ctrl-C or SIGTERM stops the run after the step in flight, with a checkpoint
+    // (run_rank); until the end, so that one after the last step lets the final save finish.
+    InterruptHandlers interrupts;
+    auto t0 = Clock::now();
+    run_world(w, out.made);
+    return finish(w, s, a, argv, program, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 }  // namespace

@@ -636,6 +636,85 @@ void print_step(World& w, int step, double loss, float lr, double norm, const st
                 human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
 }
 
+// --dump-grads: step 1's summed gradients, before clipping, which rank 0 writes at the end.
+void dump_gradients(World& w, pp::Comm& comm, int rank) {
+    comm.barrier();   // every rank's data-parallel sum is done: rank 0 may read its process's ranks
+    std::vector<std::unique_ptr<Layer>> held;
+    for (Layer* l : gather_replica(w, comm, rank, true, held)) {
+        std::vector<float> g = l->grads.host();
+        for (const ParamInfo& pi : l->params_info)
+            if (!pi.tied) w.grads_dump.add_f32(pi.name, pi.shape, g.data() + pi.offset);
+    }
+    comm.barrier();   // rank 0 may read the gradients of its process's ranks: before they are clipped
+}
+
+// --eval-every: replica 0's layers, gathered to rank 0, on the held-out batches.
+void evaluate_during_run(World& w, pp::Comm& comm, int rank, Device mine) {
+    const Setup& s = *w.setup;
+    std::vector<std::unique_ptr<Layer>> held;
+    std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
+    if (rank != 0) return;
+    set_device(Device{});
+    EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
+    if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
+    else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
+    else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
+    set_device(mine, rank);
+}
+
+// After the last step: every rank's timeline of it, on rank 0's clock, to rank 0.
+void gather_trace(World& w, pp::Comm& comm, int rank, const std::vector<pp::Event>& timeline) {
+    // Measured now, right after the step it is for: clocks drift apart (a few µs a second).
+    double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
+    std::vector<pp::Event> events = timeline;
+    for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
+    std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), 9200);
+    std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), 9202);
+    for (size_t r = 0; r < all.size(); r++) {
+        std::vector<pp::Event> e = unpack_events(all[r]);
+        w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());
+        double err = 0;
+        std::memcpy(&err, errors[r].data(), std::min(sizeof err, errors[r].size()));
+        w.clock_error_us = std::max(w.clock_error_us, err);
+    }
+}
+
+// The final model, from rank 0 (one copy of the model there), and its evaluation.
+void save_final_model(World& w, pp::Comm& comm, int rank) {
+    const Setup& s = *w.setup;
+    comm.barrier();   // every rank's layers are on the host
+    std::vector<std::unique_ptr<Layer>> held;
+    std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
+    if (rank == 0) {
+        set_device(Device{});
+        save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
+        // After the last step a signal skips only the evaluation: the run is complete.
+        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal), w.evaluated = true;
+    }
+    comm.barrier();   // rank 0 has read the other ranks of its process
+}
+
+// The global batch of a step: labeled rows, the fixed --inputs batch, or masked corpus rows.
+Batch batch_of_step(const Setup& s, int step) {
+    if (!s.examples.empty()) return make_classify_batch(s.examples, step, s.B, s.special.pad, s.seed);
+    if (s.train.empty()) return s.fixed;
+    return make_batch(s.train, step, s.B, s.objective, s.special, s.seed);
+}
+
+// What a rank adds to the step's loss reduction: whether a signal asked it to stop
+// (src/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
+// step line, busy µs, span µs and peak stash bytes, in its own slots (zero in every other rank's,
+// so the sum is each rank's own value, exactly).
+std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span, size_t stash) {
+    std::vector<double> slots(1 + 3 * size_t(ranks), 0.0);
+    slots[0] = interrupt_signal() ? 1.0 : 0.0;
+    for (const pp::Event& e : timeline)
+        if (!e.comm) slots[1 + 3 * rank] += e.end - e.start;
+    slots[2 + 3 * rank] = span;
+    slots[3 + 3 * rank] = double(stash);
+    return slots;
+}
+
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
     RankPlace at{w.P, w.D, rank % w.P, rank / w.P};
@@ -651,14 +730,12 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     opt.to(mine);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group());
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
-    int B = s.B, rows_per_replica = B / w.D, mb_rows = rows_per_replica / w.M;
+    int rows_per_replica = s.B / w.D, mb_rows = rows_per_replica / w.M;
     auto t_start = Clock::now();
 
     for (int step = w.start_step; step < w.steps; step++) {
         pp::beat("batch", step + 1);   // counted from 1, as the progress line does
-        Batch global = !s.examples.empty() ? make_classify_batch(s.examples, step, B, s.special.pad, s.seed)
-                       : s.train.empty()    ? s.fixed
-                                            : make_batch(s.train, step, B, s.objective, s.special, s.seed);
+        Batch global = batch_of_step(s, step);
         Batch local = global.slice(at.d * rows_per_replica, rows_per_replica);
         int64_t targets = global.num_targets();
         stage.zero_grads();
@@ -668,25 +745,9 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
-        // Summed with the loss: whether a signal asked any rank to stop (src/interrupt.hpp), so that
-        // all stop after the same step and save it, and each rank's numbers for the step line (zero
-        // in every other rank's slots, so the sum is the rank's own value, exactly).
-        std::vector<double> slots(1 + 3 * size_t(R), 0.0);
-        slots[0] = interrupt_signal() ? 1.0 : 0.0;
-        for (const pp::Event& e : pipe.timeline())
-            if (!e.comm) slots[1 + 3 * rank] += e.end - e.start;
-        slots[2 + 3 * rank] = span;
-        slots[3 + 3 * rank] = double(stage.peak_stash_bytes());
-        auto dump = [&] {   // step 1's summed gradients, before clipping: rank 0 writes them
-            if (w.dump_grads.empty() || step != 0) return;
-            comm.barrier();   // every rank's data-parallel sum is done: rank 0 may read its process's ranks
-            std::vector<std::unique_ptr<Layer>> held;
-            for (Layer* l : gather_replica(w, comm, rank, true, held)) {
-                std::vector<float> g = l->grads.host();
-                for (const ParamInfo& pi : l->params_info)
-                    if (!pi.tied) w.grads_dump.add_f32(pi.name, pi.shape, g.data() + pi.offset);
-            }
-            comm.barrier();   // rank 0 may read the gradients of its process's ranks: before they are clipped
+        std::vector<double> slots = step_slots(R, rank, pipe.timeline(), span, stage.peak_stash_bytes());
+        auto dump = [&] {
+            if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);
         };
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
         StepOutcome o = finish_step(comm, stage, opt, s.cfg, at, {step, lr, w.clip, w.weight_decay}, &slots, dump);
@@ -703,19 +764,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             w.last_loss = targets ? o.loss_sum / double(targets) : 0.0;
             print_step(w, step, w.last_loss, lr, o.norm, slots, std::chrono::duration<double>(Clock::now() - t_start).count());
         }
-        if (eval_now) {
-            pp::beat("evaluation");
-            std::vector<std::unique_ptr<Layer>> held;
-            std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
-            if (rank == 0) {
-                set_device(Device{});
-                EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
-                if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
-                else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
-                else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
-                set_device(mine, rank);
-            }
-        }
+        if (eval_now) pp::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
         if (save_now) pp::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
         if (stop && !w.stopped_at) w.stopped_at = step + 1;
         if (rank == 0) std::fflush(stdout);   // the step line with its checkpoint line, once it is committed
@@ -726,33 +775,8 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     }
     stage.to(Device{});   // the end: save and evaluate on the host
     synchronize();
-    if (w.trace) {   // the last step of every rank, on rank 0's clock
-        // Measured now, right after the step it is for: clocks drift apart (a few µs a second).
-        double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
-        std::vector<pp::Event> events = pipe.timeline();
-        for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
-        std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), 9200);
-        std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), 9202);
-        for (size_t r = 0; r < all.size(); r++) {
-            std::vector<pp::Event> e = unpack_events(all[r]);
-            w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());
-            double err = 0;
-            std::memcpy(&err, errors[r].data(), std::min(sizeof err, errors[r].size()));
-            w.clock_error_us = std::max(w.clock_error_us, err);
-        }
-    }
-    if (w.stopped_at) return;
-    // The final model, from rank 0 (one copy of the model there), and its evaluation.
-    comm.barrier();   // every rank's layers are on the host
-    std::vector<std::unique_ptr<Layer>> held;
-    std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
-    if (rank == 0) {
-        set_device(Device{});
-        save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
-        // After the last step a signal skips only the evaluation: the run is complete.
-        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal), w.evaluated = true;
-    }
-    comm.barrier();   // rank 0 has read the other ranks of its process
+    if (w.trace) gather_trace(w, comm, rank, pipe.timeline());
+    if (!w.stopped_at) save_final_model(w, comm, rank);
 }
 
 // A word for a POSIX shell: as it is when that is safe, else in single quotes.

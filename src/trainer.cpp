@@ -805,7 +805,7 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     }
 #endif
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
-    w.V = int(a.integer("--chunks", 1, 1, 64));
+    w.V = int(a.integer("--chunks", 1, 1, pp::kMaxChunks));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
     w.threads = int(a.integer("--threads", 1, 1, 256));
     w.lr = a.real("--lr", 1e-3, 0);
@@ -1129,7 +1129,7 @@ int eval_main(const std::vector<std::string>& argv) {
 int schedule_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--trace"});
     int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
-    int V = int(a.integer("--chunks", 1, 1, 64));
+    int V = int(a.integer("--chunks", 1, 1, pp::kMaxChunks));
     pp::Schedule sched = make_schedule(a.str("--schedule", "1f1b"), P, M, V);
     pp::validate(sched);
     pp::Costs costs;

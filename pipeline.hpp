@@ -227,11 +227,13 @@ inline Schedule zero_bubble_h1(int P, int M) {
 // (rank P-1 feeds rank 0) and every rank can block in a send to its neighbour at once: validate
 // finds that deadlock in Megatron's order.
 
-// A tag names what a transfer carries: (gradient?, micro-batch, chunk of the receiving action).
-inline int transfer_tag(bool grad, int microbatch, int chunk) { return (microbatch * 128 + chunk) * 2 + int(grad); }
+// A tag names what a transfer carries: (gradient?, micro-batch, chunk of the receiving action),
+// the chunk in 7 bits: a rank holds at most kMaxChunks chunks (validate and --chunks check it).
+constexpr int kMaxChunks = 128;
+inline int transfer_tag(bool grad, int microbatch, int chunk) { return (microbatch * kMaxChunks + chunk) * 2 + int(grad); }
 inline bool tag_is_grad(int tag) { return tag & 1; }
-inline int tag_microbatch(int tag) { return tag / 256; }
-inline int tag_chunk(int tag) { return (tag / 2) % 128; }
+inline int tag_microbatch(int tag) { return tag / (2 * kMaxChunks); }
+inline int tag_chunk(int tag) { return (tag / 2) % kMaxChunks; }
 // The receiving action's name: "F3" for an activation, "B3" for a gradient ("F3.1" with chunk).
 inline std::string tag_label(int tag, bool with_chunk = true) {
     Action a{tag_is_grad(tag) ? Op::B : Op::F, tag_microbatch(tag), tag_chunk(tag)};
@@ -464,14 +466,16 @@ inline SimResult run(const Schedule& schedule, int V, const Costs& costs) {
 // num_microbatches / num_chunks = 0: inferred from the schedule.
 inline void validate(const Schedule& schedule, int num_microbatches = 0, int num_chunks = 0) {
     if (schedule.empty()) throw std::runtime_error("validate: the schedule has no ranks");
-    if (num_microbatches < 0 || num_chunks < 0 || num_chunks > 127)
-        throw std::invalid_argument("validate: num_microbatches >= 0 and 0 <= num_chunks <= 127 (0 = inferred)");
+    if (num_microbatches < 0 || num_chunks < 0 || num_chunks > kMaxChunks)
+        throw std::invalid_argument("validate: num_microbatches >= 0 and 0 <= num_chunks <= " +
+                                    std::to_string(kMaxChunks) + " (0 = inferred)");
     // A transfer's tag holds its micro-batch and chunk (transfer_tag): what does not fit cannot be sent.
     for (size_t r = 0; r < schedule.size(); r++)
         for (const Action& a : schedule[r])
-            if (a.microbatch < 0 || a.microbatch >= (1 << 22) || a.chunk < 0 || a.chunk > 127)
+            if (a.microbatch < 0 || a.microbatch >= (1 << 22) || a.chunk < 0 || a.chunk >= kMaxChunks)
                 throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, true) +
-                                         ": micro-batch or chunk out of range (0 <= micro-batch < 2^22, 0 <= chunk <= 127)");
+                                         ": micro-batch or chunk out of range (0 <= micro-batch < 2^22, 0 <= chunk < " +
+                                         std::to_string(kMaxChunks) + ")");
     int M = num_microbatches > 0 ? num_microbatches : detail::infer_count(schedule, false);
     int V = num_chunks > 0 ? num_chunks : detail::infer_count(schedule, true);
     if (M == 0 || V == 0) throw std::runtime_error("validate: the schedule has no actions");

@@ -145,10 +145,15 @@ void zero(void* p, size_t bytes) {
 }
 }  // namespace detail
 
-// Each op runs the CUDA kernel on this thread's stream when the thread is on a GPU.
-#define DISPATCH(op, ...) (tl_context.device.cuda ? ops::cuda::op(__VA_ARGS__, stream()) : ops::op(__VA_ARGS__))
-#define DISPATCH2(cpu_op, cuda_op, ...) \
-    (tl_context.device.cuda ? ops::cuda::cuda_op(__VA_ARGS__, stream()) : ops::cpu_op(__VA_ARGS__))
+// The CUDA version each dev:: op runs: ops::cuda's of the same name, except the one below whose
+// best version has a name of its own (gpu::name finds it before the using-directive's).
+namespace gpu {
+using namespace ops::cuda;
+constexpr auto& attention_forward_flash = attention_forward_flash_tc;   // v3, tensor cores (v2 has the name)
+}  // namespace gpu
+
+// Runs op on this thread's stream when the thread is on a GPU, else the CPU version.
+#define DISPATCH(op, args) (tl_context.device.cuda ? gpu::op(PT_UNPAREN args, stream()) : ops::op args)
 
 #else  // no CUDA in this build
 
@@ -168,82 +173,18 @@ void release(void*, void*, int) {}
 void zero(void*, size_t) { throw std::logic_error("Array: no CUDA in this build"); }
 }  // namespace detail
 
-#define DISPATCH(op, ...) ops::op(__VA_ARGS__)
-#define DISPATCH2(cpu_op, cuda_op, ...) ops::cpu_op(__VA_ARGS__)
+#define DISPATCH(op, args) ops::op args
 
 #endif
 
+// ---- dev::name for every op of kernels/ops.inc ----------------------------------------------
+// One function per OP line, e.g.
+//   void scale(float* x, float s, int N) { return DISPATCH(scale, (x, s, N)); }
 namespace dev {
-void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
-          bool transB, float alpha, float beta) {
-    DISPATCH(gemm, C, A, B, bias, M, N, K, transA, transB, alpha, beta);
-}
-void gemm_bf16(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
-               bool transB, float alpha, float beta) {
-    DISPATCH2(gemm_bf16, gemm_v4_bf16_mma, C, A, B, bias, M, N, K, transA, transB, alpha, beta);
-}
-void bias_backward(float* dbias, const float* dout, int N, int OC) { DISPATCH(bias_backward, dbias, dout, N, OC); }
-void to_bf16(uint16_t* out, const float* inp, int N) { DISPATCH(to_bf16, out, inp, N); }
-void from_bf16(float* out, const uint16_t* inp, int N) { DISPATCH(from_bf16, out, inp, N); }
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int N, int C, float eps) {
-    DISPATCH(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, eps);
-}
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int N, int C) {
-    DISPATCH(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-}
-void gelu_forward(float* out, const float* inp, int N) { DISPATCH(gelu_forward, out, inp, N); }
-void gelu_backward(float* dinp, const float* inp, const float* dout, int N) { DISPATCH(gelu_backward, dinp, inp, dout, N); }
-void relu_forward(float* out, const float* inp, int N) { DISPATCH(relu_forward, out, inp, N); }
-void relu_backward(float* dinp, const float* inp, const float* dout, int N) { DISPATCH(relu_backward, dinp, inp, dout, N); }
-void tanh_forward(float* out, const float* inp, int N) { DISPATCH(tanh_forward, out, inp, N); }
-void tanh_backward(float* dinp, const float* out, const float* dout, int N) { DISPATCH(tanh_backward, dinp, out, dout, N); }
-void add_forward(float* out, const float* a, const float* b, int N) { DISPATCH(add_forward, out, a, b, N); }
-void accumulate(float* out, const float* inp, int N) { DISPATCH(accumulate, out, inp, N); }
-void scale(float* x, float s, int N) { DISPATCH(scale, x, s, N); }
-void dropout_forward(float* out, const float* inp, float p, const ops::DropoutKey& key, int N) {
-    DISPATCH(dropout_forward, out, inp, p, key, N);
-}
-void dropout_backward(float* dinp, const float* dout, float p, const ops::DropoutKey& key, int N) {
-    DISPATCH(dropout_backward, dinp, dout, p, key, N);
-}
-// The CUDA flash kernels keep a head in registers and shared memory, 128 channels at most.
-static void check_flash_head_size(int HS) {
-    if (tl_context.device.cuda && HS > 128)
-        throw std::runtime_error("--device cuda: attention head size " + std::to_string(HS) +
-                                 " (hidden_size / num_attention_heads) is above 128, the most the CUDA "
-                                 "attention kernels support; use --device cpu");
-}
-void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
-                             const int32_t* mask, bool causal, float p, const ops::DropoutKey& key, int B, int T,
-                             int NH, int HS) {
-    check_flash_head_size(HS);
-    DISPATCH2(attention_forward_flash, attention_forward_flash_tc, out, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
-}
-void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                              const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
-                              float p, const ops::DropoutKey& key, int B, int T, int NH, int HS) {
-    check_flash_head_size(HS);
-    DISPATCH(attention_backward_flash, dq, dk, dv, dout, out, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
-}
-void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) {
-    DISPATCH(crossentropy_forward, losses, logits, targets, N, V);
-}
-void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float scale, int N, int V) {
-    DISPATCH(crossentropy_backward, dlogits, logits, targets, scale, N, V);
-}
-void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C) {
-    DISPATCH(embedding_forward, out, ids, table, N, C);
-}
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C) {
-    DISPATCH(embedding_backward, dtable, dout, ids, N, C);
-}
-void adamw_update(float* params, float* m, float* v, const float* grads, int64_t N, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t) {
-    DISPATCH(adamw_update, params, m, v, grads, N, lr, beta1, beta2, eps, weight_decay, t);
-}
-double sum_squares(const float* x, int64_t N) { return DISPATCH(sum_squares, x, N); }
+#define OP(ret, name, params, args) \
+    ret name params { return DISPATCH(name, args); }
+#include "kernels/ops.inc"
+#undef OP
 }  // namespace dev
 
 }  // namespace pt

@@ -134,47 +134,14 @@ void move_to(Array<T>& a, Device d) {
     a.swap(b);
 }
 
-// ---- the ops of kernels/ops.hpp on this thread's device ------------------------------------
-// Same names, arguments and semantics; every pointer must be on the current device.
+// ---- the ops of kernels/ops.inc on this thread's device ------------------------------------
+// Same names, arguments and semantics (dev::gemm, dev::layernorm_forward, ...); every pointer
+// must be on the current device. On a GPU, the flash attention kernels throw for HS > 128.
 namespace dev {
-void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
-          bool transB, float alpha, float beta);
-// The same product with A and B rounded to bfloat16 (fp32 products and accumulation): the
-// tensor-core path on a GPU, its exact emulation on the CPU. --dtype bf16.
-void gemm_bf16(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool transA,
-               bool transB, float alpha, float beta);
-void bias_backward(float* dbias, const float* dout, int N, int OC);
-void to_bf16(uint16_t* out, const float* inp, int N);
-void from_bf16(float* out, const uint16_t* inp, int N);
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int N, int C, float eps);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int N, int C);
-void gelu_forward(float* out, const float* inp, int N);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int N);
-void relu_forward(float* out, const float* inp, int N);
-void relu_backward(float* dinp, const float* inp, const float* dout, int N);
-void tanh_forward(float* out, const float* inp, int N);
-void tanh_backward(float* dinp, const float* out, const float* dout, int N);
-void add_forward(float* out, const float* a, const float* b, int N);
-void accumulate(float* out, const float* inp, int N);
-void scale(float* x, float s, int N);
-void dropout_forward(float* out, const float* inp, float p, const ops::DropoutKey& key, int N);
-void dropout_backward(float* dinp, const float* dout, float p, const ops::DropoutKey& key, int N);
-// Flash-style attention (the model's): lse (B, NH, T), no (T, T) matrix. On a GPU, HS > 128 throws.
-void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
-                             const int32_t* mask, bool causal, float p, const ops::DropoutKey& key, int B, int T,
-                             int NH, int HS);
-void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                              const float* q, const float* k, const float* v, const int32_t* mask, bool causal,
-                              float p, const ops::DropoutKey& key, int B, int T, int NH, int HS);
-void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V);
-void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float scale, int N, int V);
-void embedding_forward(float* out, const int32_t* ids, const float* table, int N, int C);
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int N, int C);
-void adamw_update(float* params, float* m, float* v, const float* grads, int64_t N, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t);
-double sum_squares(const float* x, int64_t N);
+using ops::DropoutKey;
+#define OP(ret, name, params, args) ret name params;
+#include "kernels/ops.inc"
+#undef OP
 }  // namespace dev
 
 }  // namespace pt

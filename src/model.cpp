@@ -189,11 +189,11 @@ class Embedding : public Layer {
         s->e = zeros(size_t(N) * C);
         s->mean.resize(N), s->rstd.resize(N);
         const Array<int32_t>& pos = positions(mb.B, mb.T);
-        dev::embedding_forward(s->e.data(), mb.dev.input_ids, P(word_), N, C);
-        dev::embedding_forward(s->e.data(), pos.data(), P(pos_), N, C);
-        dev::embedding_forward(s->e.data(), mb.dev.token_type_ids, P(type_), N, C);
-        if (cfg_.use_task_id) dev::embedding_forward(s->e.data(), task_ids(mb), P(task_), N, C);
-        dev::layernorm_forward(out, s->mean.data(), s->rstd.data(), s->e.data(), P(lnw_), P(lnb_), N, C,
+        dev::embedding_forward(s->e.data(), mb.dev.input_ids, param(word_), N, C);
+        dev::embedding_forward(s->e.data(), pos.data(), param(pos_), N, C);
+        dev::embedding_forward(s->e.data(), mb.dev.token_type_ids, param(type_), N, C);
+        if (cfg_.use_task_id) dev::embedding_forward(s->e.data(), task_ids(mb), param(task_), N, C);
+        dev::layernorm_forward(out, s->mean.data(), s->rstd.data(), s->e.data(), param(lnw_), param(lnb_), N, C,
                                cfg_.layer_norm_eps);
         dev::dropout_forward(out, out, opt.train ? opt.hidden_dropout : 0.0f, dropout_key(opt, mb, index_, 0), N * C);
         return s;
@@ -206,19 +206,19 @@ class Embedding : public Layer {
         dev::dropout_backward(s.dy.data(), dout, opt.train ? opt.hidden_dropout : 0.0f,
                               dropout_key(opt, mb, index_, 0), N * C);
         s.de = zeros(size_t(N) * C);
-        dev::layernorm_backward(s.de.data(), nullptr, nullptr, s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
+        dev::layernorm_backward(s.de.data(), nullptr, nullptr, s.dy.data(), s.e.data(), param(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
     }
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
         const Array<int32_t>& pos = positions(mb.B, mb.T);
-        dev::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dy.data(), s.e.data(), P(lnw_), s.mean.data(),
+        dev::layernorm_backward(nullptr, grad(lnw_), grad(lnb_), s.dy.data(), s.e.data(), param(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
-        dev::embedding_backward(G(word_), s.de.data(), mb.dev.input_ids, N, C);
-        dev::embedding_backward(G(pos_), s.de.data(), pos.data(), N, C);
-        dev::embedding_backward(G(type_), s.de.data(), mb.dev.token_type_ids, N, C);
-        if (cfg_.use_task_id) dev::embedding_backward(G(task_), s.de.data(), task_ids(mb), N, C);
+        dev::embedding_backward(grad(word_), s.de.data(), mb.dev.input_ids, N, C);
+        dev::embedding_backward(grad(pos_), s.de.data(), pos.data(), N, C);
+        dev::embedding_backward(grad(type_), s.de.data(), mb.dev.token_type_ids, N, C);
+        if (cfg_.use_task_id) dev::embedding_backward(grad(task_), s.de.data(), task_ids(mb), N, C);
     }
 
  private:
@@ -296,27 +296,27 @@ class Block : public Layer {
         s->x.assign(in, NC);
         s->q.resize(NC), s->k.resize(NC), s->v.resize(NC), s->yatt.resize(NC);
         s->lse.resize(size_t(B) * NH * T);  // flash attention: no (B, NH, T, T) probabilities kept
-        linear_forward(opt, s->q.data(), in, P(wq_), P(bq_), N, C, C);
-        linear_forward(opt, s->k.data(), in, P(wk_), P(bk_), N, C, C);
-        linear_forward(opt, s->v.data(), in, P(wv_), P(bv_), N, C, C);
+        linear_forward(opt, s->q.data(), in, param(wq_), param(bq_), N, C, C);
+        linear_forward(opt, s->k.data(), in, param(wk_), param(bk_), N, C, C);
+        linear_forward(opt, s->v.data(), in, param(wv_), param(bv_), N, C, C);
         dev::attention_forward_flash(s->yatt.data(), s->lse.data(), s->q.data(), s->k.data(), s->v.data(),
                                      mb.dev.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B,
                                      T, NH, HS);
         Buf o(NC);
-        linear_forward(opt, o.data(), s->yatt.data(), P(wo_), P(bo_), N, C, C);
+        linear_forward(opt, o.data(), s->yatt.data(), param(wo_), param(bo_), N, C, C);
         dev::dropout_forward(o.data(), o.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
         s->r1.resize(NC), s->a.resize(NC), s->mean1.resize(N), s->rstd1.resize(N);
         dev::add_forward(s->r1.data(), in, o.data(), int(NC));
-        dev::layernorm_forward(s->a.data(), s->mean1.data(), s->rstd1.data(), s->r1.data(), P(ln1w_), P(ln1b_), N, C, eps);
+        dev::layernorm_forward(s->a.data(), s->mean1.data(), s->rstd1.data(), s->r1.data(), param(ln1w_), param(ln1b_), N, C, eps);
         s->h.resize(NI), s->g.resize(NI);
-        linear_forward(opt, s->h.data(), s->a.data(), P(w1_), P(b1_), N, C, I);
+        linear_forward(opt, s->h.data(), s->a.data(), param(w1_), param(b1_), N, C, I);
         act_forward(cfg_.hidden_act, s->g.data(), s->h.data(), int(NI));
         Buf& f = o;   // reuse: FFN output (N, C)
-        linear_forward(opt, f.data(), s->g.data(), P(w2_), P(b2_), N, I, C);
+        linear_forward(opt, f.data(), s->g.data(), param(w2_), param(b2_), N, I, C);
         dev::dropout_forward(f.data(), f.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
         s->r2.resize(NC), s->mean2.resize(N), s->rstd2.resize(N);
         dev::add_forward(s->r2.data(), s->a.data(), f.data(), int(NC));
-        dev::layernorm_forward(out, s->mean2.data(), s->rstd2.data(), s->r2.data(), P(ln2w_), P(ln2b_), N, C, eps);
+        dev::layernorm_forward(out, s->mean2.data(), s->rstd2.data(), s->r2.data(), param(ln2w_), param(ln2b_), N, C, eps);
         return s;
     }
 
@@ -327,45 +327,45 @@ class Block : public Layer {
         size_t NC = size_t(N) * C, NI = size_t(N) * I;
         s.dy.assign(dout, NC);
         Buf dr2 = zeros(NC);
-        dev::layernorm_backward(dr2.data(), nullptr, nullptr, dout, s.r2.data(), P(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
+        dev::layernorm_backward(dr2.data(), nullptr, nullptr, dout, s.r2.data(), param(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
         // FFN branch
         s.df = zeros(NC);
         dev::dropout_backward(s.df.data(), dr2.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
         Buf dg = zeros(NI);
-        linear_backward_input(opt, dg.data(), s.df.data(), P(w2_), N, I, C);
+        linear_backward_input(opt, dg.data(), s.df.data(), param(w2_), N, I, C);
         s.dh = zeros(NI);
         act_backward(cfg_.hidden_act, s.dh.data(), s.h.data(), dg.data(), int(NI));
         s.da = dr2;   // the residual path a → r2
-        linear_backward_input(opt, s.da.data(), s.dh.data(), P(w1_), N, C, I);
+        linear_backward_input(opt, s.da.data(), s.dh.data(), param(w1_), N, C, I);
         // attention branch
         Buf dr1 = zeros(NC);
-        dev::layernorm_backward(dr1.data(), nullptr, nullptr, s.da.data(), s.r1.data(), P(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
+        dev::layernorm_backward(dr1.data(), nullptr, nullptr, s.da.data(), s.r1.data(), param(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
         s.dproj = zeros(NC);
         dev::dropout_backward(s.dproj.data(), dr1.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
         Buf dyatt = zeros(NC);
-        linear_backward_input(opt, dyatt.data(), s.dproj.data(), P(wo_), N, C, C);
+        linear_backward_input(opt, dyatt.data(), s.dproj.data(), param(wo_), N, C, C);
         s.dq = zeros(NC), s.dk = zeros(NC), s.dv = zeros(NC);
         dev::attention_backward_flash(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.yatt.data(),
                                       s.lse.data(), s.q.data(), s.k.data(), s.v.data(), mb.dev.attention_mask,
                                       opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
         // din += the residual path x → r1, then the three projections, in a fixed order
         dev::accumulate(din, dr1.data(), int(NC));
-        linear_backward_input(opt, din, s.dq.data(), P(wq_), N, C, C);
-        linear_backward_input(opt, din, s.dk.data(), P(wk_), N, C, C);
-        linear_backward_input(opt, din, s.dv.data(), P(wv_), N, C, C);
+        linear_backward_input(opt, din, s.dq.data(), param(wq_), N, C, C);
+        linear_backward_input(opt, din, s.dk.data(), param(wk_), N, C, C);
+        linear_backward_input(opt, din, s.dv.data(), param(wv_), N, C, C);
     }
 
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<BlockStash&>(st);
         int C = cfg_.hidden_size, I = cfg_.intermediate_size, N = mb.B * mb.T;
-        dev::layernorm_backward(nullptr, G(ln2w_), G(ln2b_), s.dy.data(), s.r2.data(), P(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
-        linear_backward_weight(opt, G(w2_), G(b2_), s.df.data(), s.g.data(), N, I, C);
-        linear_backward_weight(opt, G(w1_), G(b1_), s.dh.data(), s.a.data(), N, C, I);
-        dev::layernorm_backward(nullptr, G(ln1w_), G(ln1b_), s.da.data(), s.r1.data(), P(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
-        linear_backward_weight(opt, G(wo_), G(bo_), s.dproj.data(), s.yatt.data(), N, C, C);
-        linear_backward_weight(opt, G(wq_), G(bq_), s.dq.data(), s.x.data(), N, C, C);
-        linear_backward_weight(opt, G(wk_), G(bk_), s.dk.data(), s.x.data(), N, C, C);
-        linear_backward_weight(opt, G(wv_), G(bv_), s.dv.data(), s.x.data(), N, C, C);
+        dev::layernorm_backward(nullptr, grad(ln2w_), grad(ln2b_), s.dy.data(), s.r2.data(), param(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
+        linear_backward_weight(opt, grad(w2_), grad(b2_), s.df.data(), s.g.data(), N, I, C);
+        linear_backward_weight(opt, grad(w1_), grad(b1_), s.dh.data(), s.a.data(), N, C, I);
+        dev::layernorm_backward(nullptr, grad(ln1w_), grad(ln1b_), s.da.data(), s.r1.data(), param(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
+        linear_backward_weight(opt, grad(wo_), grad(bo_), s.dproj.data(), s.yatt.data(), N, C, C);
+        linear_backward_weight(opt, grad(wq_), grad(bq_), s.dq.data(), s.x.data(), N, C, C);
+        linear_backward_weight(opt, grad(wk_), grad(bk_), s.dk.data(), s.x.data(), N, C, C);
+        linear_backward_weight(opt, grad(wv_), grad(bv_), s.dv.data(), s.x.data(), N, C, C);
     }
 
  private:
@@ -428,16 +428,16 @@ class Head : public Layer {
         s->t.resize(size_t(n) * C), s->u.resize(size_t(n) * C), s->z.resize(size_t(n) * C);
         s->mean.resize(n), s->rstd.resize(n), s->logits.resize(size_t(n) * V);
         if (n > 0) {
-            linear_forward(opt, s->t.data(), s->h.data(), P(wt_), P(bt_), n, C, C);
+            linear_forward(opt, s->t.data(), s->h.data(), param(wt_), param(bt_), n, C, C);
             act_forward(cfg_.hidden_act, s->u.data(), s->t.data(), n * C);
-            dev::layernorm_forward(s->z.data(), s->mean.data(), s->rstd.data(), s->u.data(), P(lnw_), P(lnb_), n, C,
+            dev::layernorm_forward(s->z.data(), s->mean.data(), s->rstd.data(), s->u.data(), param(lnw_), param(lnb_), n, C,
                                    cfg_.layer_norm_eps);
-            linear_forward(opt, s->logits.data(), s->z.data(), P(emb_), P(bias_), n, C, V);
+            linear_forward(opt, s->logits.data(), s->z.data(), param(emb_), param(bias_), n, C, V);
             Buf losses(n);
             dev::crossentropy_forward(losses.data(), s->logits.data(), s->targets_dev.data(), n, V);
             sum_losses(*s, losses);
         }
-        if (opt.all_logits) s->pooled = pool(opt, in, mb.B, mb.T, C, P(pw_), P(pb_));
+        if (opt.all_logits) s->pooled = pool(opt, in, mb.B, mb.T, C, param(pw_), param(pb_));
         write_loss(out, s->loss_sum);
         return s;
     }
@@ -449,13 +449,13 @@ class Head : public Layer {
         s.dlogits = zeros(size_t(n) * V);
         dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, n, V);
         s.dz = zeros(size_t(n) * C);
-        linear_backward_input(opt, s.dz.data(), s.dlogits.data(), P(emb_), n, C, V);
+        linear_backward_input(opt, s.dz.data(), s.dlogits.data(), param(emb_), n, C, V);
         Buf du = zeros(size_t(n) * C);
-        dev::layernorm_backward(du.data(), nullptr, nullptr, s.dz.data(), s.u.data(), P(lnw_), s.mean.data(), s.rstd.data(), n, C);
+        dev::layernorm_backward(du.data(), nullptr, nullptr, s.dz.data(), s.u.data(), param(lnw_), s.mean.data(), s.rstd.data(), n, C);
         s.dt = zeros(size_t(n) * C);
         act_backward(cfg_.hidden_act, s.dt.data(), s.t.data(), du.data(), n * C);
         Buf dh = zeros(size_t(n) * C);
-        linear_backward_input(opt, dh.data(), s.dt.data(), P(wt_), n, C, C);
+        linear_backward_input(opt, dh.data(), s.dt.data(), param(wt_), n, C, C);
         dev::embedding_backward(din, dh.data(), s.rows_dev.data(), n, C);   // scatter-add to the (B, T) rows
     }
 
@@ -463,9 +463,9 @@ class Head : public Layer {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, V = cfg_.vocab_size, n = int(s.rows.size());
         if (n == 0) return;
-        linear_backward_weight(opt, G(emb_), G(bias_), s.dlogits.data(), s.z.data(), n, C, V);
-        dev::layernorm_backward(nullptr, G(lnw_), G(lnb_), s.dz.data(), s.u.data(), P(lnw_), s.mean.data(), s.rstd.data(), n, C);
-        linear_backward_weight(opt, G(wt_), G(bt_), s.dt.data(), s.h.data(), n, C, C);
+        linear_backward_weight(opt, grad(emb_), grad(bias_), s.dlogits.data(), s.z.data(), n, C, V);
+        dev::layernorm_backward(nullptr, grad(lnw_), grad(lnb_), s.dz.data(), s.u.data(), param(lnw_), s.mean.data(), s.rstd.data(), n, C);
+        linear_backward_weight(opt, grad(wt_), grad(bt_), s.dt.data(), s.h.data(), n, C, C);
     }
 
  private:
@@ -500,10 +500,10 @@ class ClassifierHead : public Layer {
         s->h = gather_rows(in, s->rows_dev, C);
         s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);
         Buf pre(size_t(B) * C);
-        linear_forward(opt, pre.data(), s->h.data(), P(pw_), P(pb_), B, C, C);
+        linear_forward(opt, pre.data(), s->h.data(), param(pw_), param(pb_), B, C, C);
         dev::tanh_forward(s->t.data(), pre.data(), B * C);
         dev::dropout_forward(s->u.data(), s->t.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
-        linear_forward(opt, s->logits.data(), s->u.data(), P(cw_), P(cb_), B, C, L);
+        linear_forward(opt, s->logits.data(), s->u.data(), param(cw_), param(cb_), B, C, L);
         Buf losses(B);
         dev::crossentropy_forward(losses.data(), s->logits.data(), s->targets_dev.data(), B, L);
         sum_losses(*s, losses);
@@ -518,20 +518,20 @@ class ClassifierHead : public Layer {
         s.dlogits = zeros(size_t(B) * L);
         dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, B, L);
         Buf du = zeros(size_t(B) * C), dp = zeros(size_t(B) * C);
-        linear_backward_input(opt, du.data(), s.dlogits.data(), P(cw_), B, C, L);
+        linear_backward_input(opt, du.data(), s.dlogits.data(), param(cw_), B, C, L);
         dev::dropout_backward(dp.data(), du.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
         s.dt = zeros(size_t(B) * C);   // gradient before tanh
         dev::tanh_backward(s.dt.data(), s.t.data(), dp.data(), B * C);
         Buf dh = zeros(size_t(B) * C);
-        linear_backward_input(opt, dh.data(), s.dt.data(), P(pw_), B, C, C);
+        linear_backward_input(opt, dh.data(), s.dt.data(), param(pw_), B, C, C);
         dev::embedding_backward(din, dh.data(), s.rows_dev.data(), B, C);   // back to the [CLS] rows
     }
 
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
-        linear_backward_weight(opt, G(cw_), G(cb_), s.dlogits.data(), s.u.data(), B, C, L);
-        linear_backward_weight(opt, G(pw_), G(pb_), s.dt.data(), s.h.data(), B, C, C);
+        linear_backward_weight(opt, grad(cw_), grad(cb_), s.dlogits.data(), s.u.data(), B, C, L);
+        linear_backward_weight(opt, grad(pw_), grad(pb_), s.dt.data(), s.h.data(), B, C, C);
     }
 
  private:

@@ -104,8 +104,8 @@ class Layer {
 
  protected:
     size_t add_param(const std::string& name, std::vector<int64_t> shape, bool decay = true);
-    float* P(size_t off) { return params.data() + off; }
-    float* G(size_t off) { return grads.data() + off; }
+    float* param(size_t off) { return params.data() + off; }
+    float* grad(size_t off) { return grads.data() + off; }
     void finish_params();   // sizes params/grads once every add_param is done
     int index_;
 };

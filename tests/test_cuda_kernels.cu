@@ -532,10 +532,10 @@ TEST_CASE("attention: a head size above 128 throws a clear error from every flas
     DevBuf<float> x((size_t)B * T * NH * HS), lse((size_t)B * NH * T);
     for (auto forward : {ops::cuda::attention_forward_flash, ops::cuda::attention_forward_flash_tc})
         CHECK_THROWS_WITH(forward(x.p, lse.p, x.p, x.p, x.p, nullptr, false, 0.0f, attn_key(), B, T, NH, HS, 0),
-                          doctest::Contains("HS = 129 is not supported (at most 128)"));
+                          doctest::Contains("attention head size 129 (hidden_size / num_attention_heads) is above 128"));
     CHECK_THROWS_WITH(ops::cuda::attention_backward_flash(x.p, x.p, x.p, x.p, x.p, lse.p, x.p, x.p, x.p, nullptr,
                                                           false, 0.0f, attn_key(), B, T, NH, HS),
-                      doctest::Contains("attention_backward_flash: head size HS = 129"));
+                      doctest::Contains("attention head size 129 (hidden_size / num_attention_heads) is above 128"));
 }
 
 TEST_CASE("attention: B * NH above the grid's 65535 throws a clear error") {

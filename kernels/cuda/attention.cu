@@ -668,12 +668,14 @@ void flash_backward_launch(float* dq, float* dk, float* dv, const float* dout, c
 }
 
 // Calls launch(std::integral_constant<int, HSP>()) for the padded head size the flash kernels
-// are instantiated for (32, 64 or 128 channels) that holds HS.
+// are instantiated for (32, 64 or 128 channels) that holds HS. The one check of HS for every
+// caller (the model's dev:: ops too): its message is what the CLI prints.
 template <class Launch>
-void with_padded_head(int HS, const char* fn, Launch&& launch) {
+void with_padded_head(int HS, Launch&& launch) {
     if (HS > 128)
-        throw std::runtime_error(std::string(fn) + ": head size HS = " + std::to_string(HS) +
-                                 " is not supported (at most 128)");
+        throw std::runtime_error("--device cuda: attention head size " + std::to_string(HS) +
+                                 " (hidden_size / num_attention_heads) is above 128, the most the CUDA "
+                                 "attention kernels support; use --device cpu");
     if (HS <= 32) launch(std::integral_constant<int, 32>());
     else if (HS <= 64) launch(std::integral_constant<int, 64>());
     else launch(std::integral_constant<int, 128>());
@@ -737,7 +739,7 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const dim3 grid = heads_grid(ceil_div(T, flash_warps(128, false) * kRows), B, NH, "attention_forward_flash");
     const dim3 block(32 * flash_warps(128, false));  // the same for every HSP
-    with_padded_head(HS, "attention_forward_flash", [&](auto hsp) {
+    with_padded_head(HS, [&](auto hsp) {
         constexpr int HSP = decltype(hsp)::value;
         flash_forward_kernel<HSP><<<grid, block, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key, T, NH, HS, scale);
         CUDA_CHECK_LAST();
@@ -751,7 +753,7 @@ void attention_forward_flash_tc(float* out, float* lse, const float* q, const fl
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const dim3 grid = heads_grid(ceil_div(T, kTcQueries), B, NH, "attention_forward_flash_tc");
-    with_padded_head(HS, "attention_forward_flash_tc", [&](auto hsp) {
+    with_padded_head(HS, [&](auto hsp) {
         constexpr int HSP = decltype(hsp)::value;
         flash_forward_tc_kernel<HSP><<<grid, 32 * kTcWarps, 0, stream>>>(out, lse, q, k, v, mask, causal, p, s, key,
                                                                         T, NH, HS, scale);
@@ -766,7 +768,7 @@ void attention_backward_flash(float* dq, float* dk, float* dv, const float* dout
     if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || (!dq && !dk && !dv)) return;
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    with_padded_head(HS, "attention_backward_flash", [&](auto hsp) {
+    with_padded_head(HS, [&](auto hsp) {
         const int64_t rows = (int64_t)B * NH * T;
         float* D = nullptr;  // (B, NH, T) scratch: dout_i . out_i
         CUDA_CHECK(cudaMallocAsync(&D, sizeof(float) * rows, stream));

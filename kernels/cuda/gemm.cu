@@ -351,6 +351,12 @@ void gemm(float* C, const float* A, const float* B, const float* bias, int M, in
     gemm_v3_register_tiles(C, A, B, bias, M, N, K, transA, transB, alpha, beta, stream);
 }
 
+// The bf16 op (--dtype bf16) is the tensor-core version.
+void gemm_bf16(float* C, const float* A, const float* B, const float* bias, int M, int N, int K,
+               bool transA, bool transB, float alpha, float beta, cudaStream_t stream) {
+    gemm_v4_bf16_mma(C, A, B, bias, M, N, K, transA, transB, alpha, beta, stream);
+}
+
 void bias_backward(float* dbias, const float* dout, int N, int OC, cudaStream_t stream) {
     if (OC <= 0) return;
     column_sum_kernel<<<ceil_div(OC, 32), dim3(32, 8), 0, stream>>>(dbias, dout, N, OC);

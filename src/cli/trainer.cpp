@@ -816,7 +816,7 @@ void read_flags(World& w, Setup& s, Args& a) {
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
-    w.V = int(a.integer("--chunks", 1, 1, 64));
+    w.V = int(a.integer("--chunks", 1, 1, pp::kMaxChunks));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
     w.threads = int(a.integer("--threads", 1, 1, 256));
     w.lr = a.real("--lr", 1e-3, 0);
@@ -1200,7 +1200,7 @@ int eval_main(const std::vector<std::string>& argv) {
 int schedule_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--trace"});
     int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
-    int V = int(a.integer("--chunks", 1, 1, 64));
+    int V = int(a.integer("--chunks", 1, 1, pp::kMaxChunks));
     pp::Schedule sched = make_schedule(a.str("--schedule", "1f1b"), P, M, V);
     pp::validate(sched);
     pp::Costs costs;

@@ -71,7 +71,8 @@ void fetch_peer_copy(pp::Comm& comm, TiedCopies& t, Buf& other, int tag) {
     if (t.peer < 0) return;
     other.resize(t.n);
     float* mine = t.emb ? t.emb : t.head;
-    comm.group({{true, mine, t.n * sizeof(float), t.peer, tag}, {false, other.data(), t.n * sizeof(float), t.peer, tag}});
+    comm.group(
+        {{true, mine, t.n * sizeof(float), t.peer, tag}, {false, other.data(), t.n * sizeof(float), t.peer, tag}});
     (t.emb ? t.head : t.emb) = other.data();
 }
 
@@ -109,7 +110,9 @@ double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, c
         if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
         for (size_t i = 0; i < l->params_info.size(); i++) {
             const ParamInfo& pi = l->params_info[i];
-            if (!pi.tied) partial[l->index() * kSlotsPerLayer + i] = dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
+            if (!pi.tied)
+                partial[l->index() * kSlotsPerLayer + i] =
+                    dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
         }
     }
     comm.allreduce_sum(partial.data(), partial.size(), at.pipeline_group());
@@ -137,7 +140,7 @@ double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, c
     return norm;
 }
 
-}  // namespace
+}   // namespace
 
 // Each phase beats the watchdog, which names the phase if the rank hangs in it.
 StepOutcome finish_step(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
@@ -163,4 +166,4 @@ StepOutcome finish_step(pp::Comm& comm, TransformerStage& stage, Optimizer& opt,
     return out;
 }
 
-}  // namespace pt
+}   // namespace pt

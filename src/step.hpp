@@ -25,21 +25,21 @@ struct Optimizer {
 // Where rank r = d*P + p sits: pipeline rank p of replica d, among P stages and D replicas.
 struct RankPlace {
     int P = 1, D = 1, p = 0, d = 0;
-    std::vector<int> pipeline_group() const;       // replica d's ranks: d*P .. d*P + P-1
-    std::vector<int> data_parallel_group() const;  // pipeline rank p of every replica
-    std::vector<int> everyone() const;             // 0 .. P*D - 1
+    std::vector<int> pipeline_group() const;   // replica d's ranks: d*P .. d*P + P-1
+    std::vector<int> data_parallel_group() const;   // pipeline rank p of every replica
+    std::vector<int> everyone() const;   // 0 .. P*D - 1
 };
 
 struct Update {
-    int step = 0;                // counted from 0; AdamW's bias correction uses step + 1
+    int step = 0;   // counted from 0; AdamW's bias correction uses step + 1
     float lr = 1e-3f;
-    double clip = 1.0;           // the global gradient norm is clipped to this (0: no clipping)
-    double weight_decay = 0.01;  // on the parameters marked decay (not biases, not LayerNorms)
-    bool apply = true;           // false: the gradients are summed and the loss known, nothing is updated
+    double clip = 1.0;   // the global gradient norm is clipped to this (0: no clipping)
+    double weight_decay = 0.01;   // on the parameters marked decay (not biases, not LayerNorms)
+    bool apply = true;   // false: the gradients are summed and the loss known, nothing is updated
 };
 
 struct StepOutcome {
-    double norm = 0;       // the global gradient norm, before clipping
+    double norm = 0;   // the global gradient norm, before clipping
     double loss_sum = 0;   // summed over every rank's micro-batches: divide by the global targets
 };
 
@@ -52,4 +52,4 @@ StepOutcome finish_step(pp::Comm& comm, TransformerStage& stage, Optimizer& opt,
                         const RankPlace& place, const Update& update, std::vector<double>* shared = nullptr,
                         const std::function<void()>& after_grads = {});
 
-}  // namespace pt
+}   // namespace pt

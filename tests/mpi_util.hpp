@@ -21,4 +21,4 @@ inline int mpi_skip_code() {
     return 0;
 }
 
-}  // namespace test
+}   // namespace test

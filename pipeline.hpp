@@ -234,6 +234,19 @@ inline int transfer_tag(bool grad, int microbatch, int chunk) { return (microbat
 inline bool tag_is_grad(int tag) { return tag & 1; }
 inline int tag_microbatch(int tag) { return tag / (2 * kMaxChunks); }
 inline int tag_chunk(int tag) { return (tag / 2) % kMaxChunks; }
+// Tags of what a trainer exchanges outside a step's transfers: every transfer of the step has been
+// received by then, so these never meet one, though their numbers are transfer tags too. The tied
+// word embedding's two copies (its gradients, then the check of its weights), and the gathers to
+// rank 0: a layer's weights (kTagLayer + the layer's index), a timeline and the clock errors
+// (two tags each: a size, then the bytes), the clocks' ping-pong.
+enum OtherTag : int {
+    kTagTiedGrads = 9001,
+    kTagTiedCheck = 9002,
+    kTagTimeline = 9200,     // and 9201
+    kTagClockError = 9202,   // and 9203
+    kTagClock = 9300,
+    kTagLayer = 20000,       // + layer index (a model has at most 1026 layers)
+};
 // The receiving action's name: "F3" for an activation, "B3" for a gradient ("F3.1" with chunk).
 inline std::string tag_label(int tag, bool with_chunk = true) {
     Action a{tag_is_grad(tag) ? Op::B : Op::F, tag_microbatch(tag), tag_chunk(tag)};

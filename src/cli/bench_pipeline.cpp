@@ -167,6 +167,74 @@ pp::Schedule make(const std::string& name, int P, int M) {
 
 }  // namespace
 
+// --stages "1,2,4": each between 1 and the model's number of layers.
+std::vector<int> parse_stage_counts(const std::string& text, const ModelConfig& cfg) {
+    std::vector<int> stage_counts;
+    for (const std::string& s : split(text, ',')) {
+        int P = s.empty() || s.size() > 3 || s.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoi(s);
+        if (P < 1 || P > num_model_layers(cfg))
+            throw std::runtime_error("--stages: expected stage counts between 1 and " + std::to_string(num_model_layers(cfg)) +
+                                     " (the model's layers), got \"" + s + "\"");
+        stage_counts.push_back(P);
+    }
+    return stage_counts;
+}
+
+struct BenchRow {
+    std::string schedule;
+    int P;
+    double measured, bubble, predicted, replayed;   // makespans in µs
+};
+
+// (2, 3) for P stages: the split, then each schedule's measured steps against pp::simulate.
+void bench_stages(std::vector<BenchRow>& rows, const ModelConfig& cfg, const std::vector<Cost>& layer,
+                  const std::vector<double>& totals, int P, int M, double comm, const std::vector<std::string>& schedules,
+                  const Batch& batch, const RunOptions& opt, int steps, unsigned cores) {
+    std::vector<int> bounds = pp::partition(totals, P);
+    Cost slowest;   // simulate takes one cost per action: the slowest stage sets the pace
+    std::string layout;
+    for (int p = 0; p < P; p++) {
+        Cost c;
+        for (int l = bounds[p]; l < bounds[p + 1]; l++) c.f += layer[l].f, c.bi += layer[l].bi, c.bw += layer[l].bw;
+        if (c.total() > slowest.total()) slowest = c;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " [%d..%d] %.1f ms", bounds[p], bounds[p + 1] - 1, c.total() / 1000);
+        layout += buf;
+    }
+    std::printf("P = %d, layers and cost per micro-batch:%s\n", P, layout.c_str());
+    if (unsigned(P) > cores)
+        std::printf("  %d stage threads on %u cores: oversubscribed, the measured steps are slower than predicted\n", P, cores);
+    for (const std::string& name : P == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
+        pp::Schedule schedule = make(name, P, M);
+        Measured m = run_pipeline(cfg, schedule, bounds, batch, M, opt, steps);
+        Cost run = in_run_cost(m.events, P, slowest);
+        double c = P > 1 ? comm : 0.0;
+        pp::SimResult predicted = pp::simulate(schedule, pp::Costs{slowest.f, slowest.bi, slowest.bw, c});
+        pp::SimResult replayed = pp::simulate(schedule, pp::Costs{run.f, run.bi, run.bw, c});
+        rows.push_back({P == 1 ? "(one stage)" : name, P, m.makespan, m.bubble, predicted.makespan, replayed.makespan});
+        std::printf("  %-6s measured %.1f ms | predicted %.1f ms, ratio %.2f | replayed %.1f ms, ratio %.2f\n", name.c_str(),
+                    m.makespan / 1000, predicted.makespan / 1000, m.makespan / predicted.makespan,
+                    replayed.makespan / 1000, m.makespan / replayed.makespan);
+        if (P == 2 && name == schedules.back()) std::printf("%s", pp::ascii_timeline(m.events, P, 100).c_str());
+    }
+}
+
+// (4) the speed-up against one stage, and the summary table (markdown, for the README).
+void print_table(const std::vector<BenchRow>& rows, int M, unsigned cores) {
+    double one = 0;
+    for (const BenchRow& r : rows)
+        if (r.P == 1) one = r.measured;
+    std::printf("\n| schedule | P | M | measured ms | bubble | predicted ms | measured / predicted | replayed ms |"
+                " measured / replayed | speed-up vs P=1 | M/(M+P-1)·P |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const BenchRow& r : rows) {
+        char speedup[64] = "-";
+        if (one > 0) std::snprintf(speedup, sizeof speedup, "%.2f%s", one / r.measured, unsigned(r.P) > cores ? " (oversubscribed)" : "");
+        std::printf("| %s | %d | %d | %.1f | %.1f%% | %.1f | %.2f | %.1f | %.2f | %s | %.2f |\n", r.schedule.c_str(), r.P, M,
+                    r.measured / 1000, 100 * r.bubble, r.predicted / 1000, r.measured / r.predicted, r.replayed / 1000,
+                    r.measured / r.replayed, speedup, double(M) / (M + r.P - 1) * r.P);
+    }
+}
+
 int bench_pipeline_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--preset", "--batch", "--seq", "--micro-batches", "--stages", "--schedules", "--steps", "--reps"});
     ModelConfig cfg = ModelConfig::preset(a.str("--preset", "tiny"));
@@ -174,14 +242,7 @@ int bench_pipeline_main(const std::vector<std::string>& argv) {
     int M = int(a.integer("--micro-batches", 8, 1, 1024));
     int steps = int(a.integer("--steps", 10, 1, 1000)), reps = int(a.integer("--reps", 5, 1, 1000));
     if (B % M != 0) throw std::runtime_error("--batch: " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
-    std::vector<int> stage_counts;
-    for (const std::string& s : split(a.str("--stages", "1,2,4"), ',')) {
-        int P = s.empty() || s.size() > 3 || s.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoi(s);
-        if (P < 1 || P > num_model_layers(cfg))
-            throw std::runtime_error("--stages: expected stage counts between 1 and " + std::to_string(num_model_layers(cfg)) +
-                                     " (the model's layers), got \"" + s + "\"");
-        stage_counts.push_back(P);
-    }
+    std::vector<int> stage_counts = parse_stage_counts(a.str("--stages", "1,2,4"), cfg);
     std::vector<std::string> schedules = split(a.str("--schedules", "gpipe,1f1b"), ',');
     for (const std::string& s : schedules) make(s, 1, 1);
     RunOptions opt;
@@ -208,58 +269,16 @@ int bench_pipeline_main(const std::vector<std::string>& argv) {
     // (2) + (3) real pipelined steps against the simulator
     std::vector<double> totals;
     for (const Cost& c : layer) totals.push_back(c.total());
-    struct Row {
-        std::string schedule;
-        int P;
-        double measured, bubble, predicted, replayed;   // makespans in µs
-    };
-    std::vector<Row> rows;
+    std::vector<BenchRow> rows;
     std::printf("(2, 3) measured steps (median of %d) against pp::simulate with the slowest stage's costs:\n"
                 "  predicted = from the isolated layer costs above; replayed = from the action durations\n"
                 "  measured in the same run (so it checks the schedule and transfer model alone)\n", steps);
     for (int P : stage_counts) {
-        std::vector<int> bounds = pp::partition(totals, P);
-        Cost slowest;   // simulate takes one cost per action: the slowest stage sets the pace
-        std::string layout;
-        for (int p = 0; p < P; p++) {
-            Cost c;
-            for (int l = bounds[p]; l < bounds[p + 1]; l++) c.f += layer[l].f, c.bi += layer[l].bi, c.bw += layer[l].bw;
-            if (c.total() > slowest.total()) slowest = c;
-            char buf[64];
-            std::snprintf(buf, sizeof buf, " [%d..%d] %.1f ms", bounds[p], bounds[p + 1] - 1, c.total() / 1000);
-            layout += buf;
-        }
-        std::printf("P = %d, layers and cost per micro-batch:%s\n", P, layout.c_str());
-        if (unsigned(P) > cores)
-            std::printf("  %d stage threads on %u cores: oversubscribed, the measured steps are slower than predicted\n", P, cores);
-        for (const std::string& name : P == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
-            pp::Schedule schedule = make(name, P, M);
-            Measured m = run_pipeline(cfg, schedule, bounds, batch, M, opt, steps);
-            Cost run = in_run_cost(m.events, P, slowest);
-            double c = P > 1 ? comm : 0.0;
-            pp::SimResult predicted = pp::simulate(schedule, pp::Costs{slowest.f, slowest.bi, slowest.bw, c});
-            pp::SimResult replayed = pp::simulate(schedule, pp::Costs{run.f, run.bi, run.bw, c});
-            rows.push_back({P == 1 ? "(one stage)" : name, P, m.makespan, m.bubble, predicted.makespan, replayed.makespan});
-            std::printf("  %-6s measured %.1f ms | predicted %.1f ms, ratio %.2f | replayed %.1f ms, ratio %.2f\n", name.c_str(),
-                        m.makespan / 1000, predicted.makespan / 1000, m.makespan / predicted.makespan,
-                        replayed.makespan / 1000, m.makespan / replayed.makespan);
-            if (P == 2 && name == schedules.back()) std::printf("%s", pp::ascii_timeline(m.events, P, 100).c_str());
-        }
+        bench_stages(rows, cfg, layer, totals, P, M, comm, schedules, batch, opt, steps, cores);
     }
 
     // (4) speed-up against one stage, and the summary table (markdown, for the README)
-    double one = 0;
-    for (const Row& r : rows)
-        if (r.P == 1) one = r.measured;
-    std::printf("\n| schedule | P | M | measured ms | bubble | predicted ms | measured / predicted | replayed ms |"
-                " measured / replayed | speed-up vs P=1 | M/(M+P-1)·P |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (const Row& r : rows) {
-        char speedup[64] = "-";
-        if (one > 0) std::snprintf(speedup, sizeof speedup, "%.2f%s", one / r.measured, unsigned(r.P) > cores ? " (oversubscribed)" : "");
-        std::printf("| %s | %d | %d | %.1f | %.1f%% | %.1f | %.2f | %.1f | %.2f | %s | %.2f |\n", r.schedule.c_str(), r.P, M,
-                    r.measured / 1000, 100 * r.bubble, r.predicted / 1000, r.measured / r.predicted, r.replayed / 1000,
-                    r.measured / r.replayed, speedup, double(M) / (M + r.P - 1) * r.P);
-    }
+    print_table(rows, M, cores);
     return 0;
 }
 

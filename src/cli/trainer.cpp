@@ -89,13 +89,9 @@ void check_batch(const Batch& b, const ModelConfig& cfg, const std::string& sour
         if (m != 0 && m != 1) throw std::runtime_error(source + ": attention_mask must be 0 or 1");
 }
 
-Setup make_setup(const Args& a, bool training) {
-    Setup s;
-    s.seed = uint64_t(a.integer("--seed", 1234, 0, (1LL << 62)));
-    s.T = int(a.integer("--seq", 64, 3, 1 << 16));
-    bool has_data = a.has("--data"), has_inputs = a.has("--inputs");
-    if (has_data == has_inputs) throw std::runtime_error("--data / --inputs: give exactly one of them");
-
+// --model, --resume or --preset: the model's shape and vocabulary into s, and the tokenizer of
+// --data (null without a vocabulary: a preset trained on --inputs).
+std::unique_ptr<Tokenizer> choose_model(const Args& a, bool training, bool has_data, Setup& s) {
     std::unique_ptr<Tokenizer> tok;
     if (a.has("--model") + a.has("--preset") + a.has("--resume") > 1)
         throw std::runtime_error("--model / --preset / --resume: give only one of them");
@@ -119,6 +115,17 @@ Setup make_setup(const Args& a, bool training) {
             s.cfg.vocab_size = int(s.vocab.size());
         }
     }
+    return tok;
+}
+
+Setup make_setup(const Args& a, bool training) {
+    Setup s;
+    s.seed = uint64_t(a.integer("--seed", 1234, 0, (1LL << 62)));
+    s.T = int(a.integer("--seq", 64, 3, 1 << 16));
+    bool has_data = a.has("--data"), has_inputs = a.has("--inputs");
+    if (has_data == has_inputs) throw std::runtime_error("--data / --inputs: give exactly one of them");
+
+    std::unique_ptr<Tokenizer> tok = choose_model(a, training, has_data, s);
     if (s.vocab.empty()) s.vocab = placeholder_vocab(s.cfg.vocab_size);
     if (!a.has("--seq")) s.T = std::min(s.T, s.cfg.max_position_embeddings);   // the default fits a small model
     bool classify = a.str("--task", s.cfg.num_labels > 0 ? "classify" : "lm") == "classify";
@@ -431,11 +438,11 @@ std::vector<Layer*> gather_replica(World& w, pp::Comm& comm, int rank, bool grad
             if (rank == 0) all.push_back(w.stages[owner]->layer(i));
         } else if (rank == owner) {
             Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
-            comm.send(b.data(), b.size() * sizeof(float), 0, 9100 + i);
+            comm.send(b.data(), b.size() * sizeof(float), 0, pp::kTagLayer + i);
         } else if (rank == 0) {
             held.push_back(make_layer(w.setup->cfg, i));
             Buf& b = grads ? held.back()->grads : held.back()->params;
-            comm.recv(b.data(), b.size() * sizeof(float), owner, 9100 + i);
+            comm.recv(b.data(), b.size() * sizeof(float), owner, pp::kTagLayer + i);
             all.push_back(held.back().get());
         }
     }
@@ -501,7 +508,7 @@ std::vector<pp::Event> unpack_events(const std::string& bytes) {
 // 0's answer assumed halfway through it. So the offset is off by at most half that round trip,
 // returned in *error_us. Ranks in rank 0's process share its clock and origin: 0, exactly.
 double clock_offset_us(World& w, pp::Comm& comm, int rank, double* error_us) {
-    const int rounds = 16, tag = 9300;
+    const int rounds = 16, tag = pp::kTagClock;
     auto now = [&] { return std::chrono::duration<double, std::micro>(Clock::now() - w.origin).count(); };
     *error_us = 0;
     if (rank == 0) {
@@ -668,8 +675,8 @@ void gather_trace(World& w, pp::Comm& comm, int rank, const std::vector<pp::Even
     double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
     std::vector<pp::Event> events = timeline;
     for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
-    std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), 9200);
-    std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), 9202);
+    std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), pp::kTagTimeline);
+    std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), pp::kTagClockError);
     for (size_t r = 0; r < all.size(); r++) {
         std::vector<pp::Event> e = unpack_events(all[r]);
         w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());

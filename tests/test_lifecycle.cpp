@@ -1,4 +1,4 @@
-// The directory lifecycle (src/lifecycle.hpp) piece by piece: SHA-256 against sha256sum and the
+// The directory lifecycle (src/formats/lifecycle.hpp) piece by piece: SHA-256 against sha256sum and the
 // FIPS vectors, manifests that refuse every changed byte by the file's name, commits that
 // replace a directory in one step, recovery of what a kill left, and hostile JSON and trainer
 // states, each of which crashed, hung or misled the old code. The kill-at-every-call test is

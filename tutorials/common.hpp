@@ -1,7 +1,7 @@
 // tutorials/common.hpp — what tutorials 05–13 share: the tiny model on a batch of the poems
 // corpus, split over P stages (threads), and one training step through pp::Pipeline.
 //
-// train_step is the CLI's step (src/trainer.cpp, run_rank) cut to the mechanism: every rank runs
+// train_step is the CLI's step (src/cli/trainer.cpp, run_rank) cut to the mechanism: every rank runs
 // its actions on its own thread, then the step's second half that the CLI runs too (src/step.hpp):
 // the tied word embedding's two gradients summed (embedding's + head's, always in that order),
 // with D replicas the data-parallel sum, the global norm, clipping, AdamW and the loss.

@@ -1,4 +1,4 @@
-// src/args.hpp — the CLI's flag parser: --name value pairs, boolean flags, positionals.
+// src/cli/args.hpp — the CLI's flag parser: --name value pairs, boolean flags, positionals.
 // Every mistake is a one-line error naming the flag and what was expected.
 #pragma once
 #include <cmath>

@@ -1,4 +1,4 @@
-// src/infer.cpp — using a trained model: `pipetrain fill-mask` (MLM) and `pipetrain generate`
+// src/cli/infer.cpp — using a trained model: `pipetrain fill-mask` (MLM) and `pipetrain generate`
 // (a model trained with --objective causal). Plain forward passes through every layer on one
 // device; no key/value cache, which is fine for the small models of the labs.
 #include <algorithm>

@@ -536,7 +536,7 @@ double clock_offset_us(World& w, pp::Comm& comm, int rank, double* error_us) {
 
 // OUT/checkpoint-<step>/: the model directory, the AdamW moments (under "<parameter>.exp_avg" /
 // ".exp_avg_sq") and trainer_state.json, written into OUT/.tmp-checkpoint-N, sealed by a manifest
-// and committed in one step (src/lifecycle.hpp). With P > 1 every pipeline rank of replica 0 writes
+// and committed in one step (src/formats/lifecycle.hpp). With P > 1 every pipeline rank of replica 0 writes
 // its own layers, as one shard of Hugging Face's sharded layout (model-0000k-of-0000P.safetensors,
 // optimizer-0000k-of-0000P.safetensors, and an index for each). Rank 0 commits once every shard is
 // written: a crash of any rank before leaves an unsealed staging directory, which loads nowhere and
@@ -593,7 +593,7 @@ void save_checkpoint(World& w, pp::Comm& comm, int rank, int step) {
 // --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
 // --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
 // of the learning rate) must match, or the run would silently differ from an uninterrupted one.
-// DIR/trainer_state.json, read once (src/trainer_state.hpp): its settings default the flags
+// DIR/trainer_state.json, read once (src/formats/trainer_state.hpp): its settings default the flags
 // (resume_defaults), then must match the run (check_resume_state).
 nlohmann::json read_trainer_state(const std::string& dir) {
     verify_dir(dir);   // a sealed checkpoint is checked whole before any of it is believed

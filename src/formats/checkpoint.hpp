@@ -1,4 +1,4 @@
-// src/checkpoint.hpp — model directories: config.json (or PaddleNLP's model_config.json) +
+// src/formats/checkpoint.hpp — model directories: config.json (or PaddleNLP's model_config.json) +
 // vocab.txt + weights, as model.safetensors or as shards listed by model.safetensors.index.json.
 //
 // Two naming conventions are read and written (the model itself uses Hugging Face names):
@@ -19,7 +19,7 @@
 namespace pt {
 
 // Writes config.json, vocab.txt and model.safetensors into dir (created if needed), through the
-// lifecycle of src/lifecycle.hpp: staged, sealed by a manifest, committed. The tied copy of the
+// lifecycle of src/formats/lifecycle.hpp: staged, sealed by a manifest, committed. The tied copy of the
 // word embedding is not written (it is tied). format "hf" (Hugging Face names) or "paddle"
 // (PaddleNLP names, Linear weights [in, out]; config.json keeps the Hugging Face keys, which
 // PaddleNLP's ErnieConfig reads as well).

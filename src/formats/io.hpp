@@ -1,4 +1,4 @@
-// src/io.hpp — whole-file reads and atomic writes, with one-line errors naming the file.
+// src/formats/io.hpp — whole-file reads and atomic writes, with one-line errors naming the file.
 #pragma once
 #include <cstdint>
 #include <string>

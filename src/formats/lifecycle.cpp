@@ -1,4 +1,4 @@
-// src/lifecycle.cpp — staging, sealing, committing and pruning directories: see lifecycle.hpp.
+// src/formats/lifecycle.cpp — staging, sealing, committing and pruning directories: see lifecycle.hpp.
 #include "src/formats/lifecycle.hpp"
 
 #include <fcntl.h>

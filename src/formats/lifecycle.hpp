@@ -1,4 +1,4 @@
-// src/lifecycle.hpp — every directory pipetrain writes is written whole or not at all, and
+// src/formats/lifecycle.hpp — every directory pipetrain writes is written whole or not at all, and
 // sealed, so a kill at any moment never leaves a mix and a flipped byte is refused by name.
 //
 //   stage    files go into a fresh staging directory, each fsynced (write_file_atomic);

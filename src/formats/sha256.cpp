@@ -1,4 +1,4 @@
-// src/sha256.cpp — SHA-256 as FIPS 180-4 writes it: 64 rounds over 64-byte blocks.
+// src/formats/sha256.cpp — SHA-256 as FIPS 180-4 writes it: 64 rounds over 64-byte blocks.
 // Version 1 (block) is the specification in C++; version 2 uses the CPU's SHA instructions.
 #include "src/formats/sha256.hpp"
 

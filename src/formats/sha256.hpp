@@ -1,4 +1,4 @@
-// src/sha256.hpp — SHA-256 (FIPS 180-4), for the manifests that seal the directories pipetrain
+// src/formats/sha256.hpp — SHA-256 (FIPS 180-4), for the manifests that seal the directories pipetrain
 // writes. The same digests as `sha256sum`, so a user can check a checkpoint without pipetrain.
 #pragma once
 #include <cstddef>

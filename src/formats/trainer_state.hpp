@@ -1,4 +1,4 @@
-// src/trainer_state.hpp — trainer_state.json, what a checkpoint records for an exact resume:
+// src/formats/trainer_state.hpp — trainer_state.json, what a checkpoint records for an exact resume:
 // {"step": N, "seed": ..., "batch": ..., ...}, the settings that decide the bits, under the names
 // of their flags. Its keys become the defaults of those flags on --resume, so it may hold these
 // and no others: a "trace" would become --trace's default and overwrite any file.

@@ -118,6 +118,33 @@ std::unique_ptr<Tokenizer> choose_model(const Args& a, bool training, bool has_d
     return tok;
 }
 
+// The training data and the evaluation batches: a TSV of labeled examples (classify), a corpus
+// (--data), or the fixed --inputs batch. Every id is checked against the model's tables.
+void load_data(const Args& a, bool classify, const Tokenizer* tok, Setup& s) {
+    bool has_data = a.has("--data");
+    const int eval_rows = 8;   // fixed, so that eval after training and eval of the saved model agree
+    std::string eval_path = a.str(has_data ? "--data" : "--inputs");
+    if (has_data) s.special = special_ids(*tok);
+    if (classify) {
+        s.examples = load_tsv(a.str("--data"), *tok, s.T, s.cfg.num_labels);
+        // Without --eval, the accuracy is measured on the training set itself.
+        eval_path = a.str("--eval", eval_path);
+        s.eval = make_classify_eval_batches(
+            eval_path == a.str("--data") ? s.examples : load_tsv(eval_path, *tok, s.T, s.cfg.num_labels), eval_rows,
+            s.special.pad);
+    } else if (has_data) {
+        Corpus c = load_corpus(a.str("--data"), *tok, s.T);
+        s.train = std::move(c.train);
+        s.eval = make_eval_batches(c.eval, eval_rows, s.objective, s.special, s.seed);
+    } else {
+        s.fixed = load_inputs(a.str("--inputs"), s.objective);
+        if (s.fixed.num_targets() == 0) throw std::runtime_error(a.str("--inputs") + ": no target (every label is -100)");
+        s.T = s.fixed.T;
+        s.eval = {s.fixed};
+    }
+    for (const Batch& b : s.eval) check_batch(b, s.cfg, eval_path);
+}
+
 Setup make_setup(const Args& a, bool training) {
     Setup s;
     s.seed = uint64_t(a.integer("--seed", 1234, 0, (1LL << 62)));
@@ -157,27 +184,7 @@ Setup make_setup(const Args& a, bool training) {
         throw std::runtime_error("--seq: " + std::to_string(s.T) + " exceeds the model's max_position_embeddings " +
                                  std::to_string(s.cfg.max_position_embeddings));
 
-    const int eval_rows = 8;   // fixed, so that eval after training and eval of the saved model agree
-    std::string eval_path = a.str(has_data ? "--data" : "--inputs");
-    if (has_data) s.special = special_ids(*tok);
-    if (classify) {
-        s.examples = load_tsv(a.str("--data"), *tok, s.T, s.cfg.num_labels);
-        // Without --eval, the accuracy is measured on the training set itself.
-        eval_path = a.str("--eval", eval_path);
-        s.eval = make_classify_eval_batches(
-            eval_path == a.str("--data") ? s.examples : load_tsv(eval_path, *tok, s.T, s.cfg.num_labels), eval_rows,
-            s.special.pad);
-    } else if (has_data) {
-        Corpus c = load_corpus(a.str("--data"), *tok, s.T);
-        s.train = std::move(c.train);
-        s.eval = make_eval_batches(c.eval, eval_rows, s.objective, s.special, s.seed);
-    } else {
-        s.fixed = load_inputs(a.str("--inputs"), s.objective);
-        if (s.fixed.num_targets() == 0) throw std::runtime_error(a.str("--inputs") + ": no target (every label is -100)");
-        s.T = s.fixed.T;
-        s.eval = {s.fixed};
-    }
-    for (const Batch& b : s.eval) check_batch(b, s.cfg, eval_path);
+    load_data(a, classify, tok.get(), s);
     return s;
 }
 
@@ -725,7 +732,6 @@ std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
     RankPlace at{w.P, w.D, rank % w.P, rank / w.P};
-    int R = w.P * w.D;
     ops::set_num_threads(w.threads);
     TransformerStage& stage = *w.stages[rank];
     Optimizer& opt = *w.optim[rank];
@@ -733,13 +739,11 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     // and to the host for a checkpoint or an evaluation (a no-op on the CPU).
     Device mine = device_of_rank(w, rank);
     set_device(mine, rank);
-    stage.to(mine);
-    opt.to(mine);
+    stage.to(mine), opt.to(mine);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group());
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     int rows_per_replica = s.B / w.D, mb_rows = rows_per_replica / w.M;
     auto t_start = Clock::now();
-
     for (int step = w.start_step; step < w.steps; step++) {
         pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = batch_of_step(s, step);
@@ -752,7 +756,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
-        std::vector<double> slots = step_slots(R, rank, pipe.timeline(), span, stage.peak_stash_bytes());
+        std::vector<double> slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage.peak_stash_bytes());
         auto dump = [&] {
             if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);
         };

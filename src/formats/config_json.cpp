@@ -84,6 +84,17 @@ json flatten_init_args(const json& j, const std::string& source) {
 // - num_labels: "num_labels", else Paddle's "num_classes", else for an
 //   *ForSequenceClassification architecture the size of "id2label" (absent means 2: Hugging
 //   Face omits it when it equals the default), else 0 (no classifier).
+namespace {
+// "architectures": ["ErnieForSequenceClassification"]: a classifier, even without num_labels.
+bool names_a_classifier(const json& j) {
+    bool classifier = false;
+    if (j.contains("architectures") && j["architectures"].is_array())
+        for (const json& a : j["architectures"])
+            classifier |= a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos;
+    return classifier;
+}
+}  // namespace
+
 ModelConfig config_from_json_string(const std::string& text, const std::string& source) {
     json j = parse_json(text, source);   // NaN, which Python's json.dump writes, is not JSON
     if (!j.is_object()) throw std::runtime_error(source + ": not a JSON object");
@@ -136,13 +147,9 @@ ModelConfig config_from_json_string(const std::string& text, const std::string& 
     }
     if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
         throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
-    bool classifier = false;
-    if (j.contains("architectures") && j["architectures"].is_array())
-        for (const json& a : j["architectures"])
-            classifier |= a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos;
     if (j.contains("num_labels")) get_int("num_labels", c.num_labels, true);
     else if (j.contains("num_classes")) get_int("num_classes", c.num_labels, true);
-    else if (classifier) c.num_labels = j.contains("id2label") ? int(j["id2label"].size()) : 2;
+    else if (names_a_classifier(j)) c.num_labels = j.contains("id2label") ? int(j["id2label"].size()) : 2;
     check_config(c, source);
     return c;
 }

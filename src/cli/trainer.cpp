@@ -364,8 +364,7 @@ struct World {
     bool root = true;                                  // rank 0 runs here: it prints, owns --out, commits
     std::string comm, schedule_name, dtype = "fp32";   // --comm (resolved by choose_comm), --schedule, --dtype
     double timeout = 120;                              // --timeout
-    bool processes = false;                            // one rank per process (MPI)
-    int local_rank = 0;                                // with processes: this rank's place on its node
+    int local_rank = 0;                                // with mpi: this rank's place on its node
     std::string out, save_format = "hf", resume;
     nlohmann::json state;                              // trainer_state.json: what an exact resume needs
     double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
@@ -385,7 +384,6 @@ struct World {
     std::vector<pp::Event> trace_events;               // every rank's last step, on rank 0's clock
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
     EvalResult final_eval;
-    bool evaluated = false;
     std::atomic<int> stopped_at{0};                    // a signal stopped the run after this step (0: none did)
     Clock::time_point origin = Clock::now();
     st::Writer grads_dump;
@@ -629,7 +627,7 @@ void resume_defaults(Args& a, const nlohmann::json& saved) {
 
 Device device_of_rank(const World& w, int rank) {
     Device dev = w.device;
-    if (dev.cuda) dev.index = (dev.index + (w.processes ? w.local_rank : rank)) % w.gpus;
+    if (dev.cuda) dev.index = (dev.index + (w.mpi ? w.local_rank : rank)) % w.gpus;
     return dev;
 }
 
@@ -703,7 +701,7 @@ void save_final_model(World& w, pp::Comm& comm, int rank) {
         set_device(Device{});
         save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
         // After the last step a signal skips only the evaluation: the run is complete.
-        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal), w.evaluated = true;
+        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal);
     }
     comm.barrier();   // rank 0 has read the other ranks of its process
 }
@@ -997,7 +995,6 @@ void run_world(World& w, bool made_out) {
     try {
         if (w.mpi) {
 #ifdef PIPETRAIN_MPI
-            w.processes = true, w.local_rank = w.mpi->local_rank();
             if (w.comm == "nccl") {
 #ifdef PIPETRAIN_NCCL
                 set_device(device_of_rank(w, w.rank), w.rank);
@@ -1076,7 +1073,7 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     World w;
     w.mpi = mpi;
 #ifdef PIPETRAIN_MPI
-    if (mpi) w.rank = mpi->rank();
+    if (mpi) w.rank = mpi->rank(), w.local_rank = mpi->local_rank();
 #endif
     w.root = w.rank == 0;
     w.comm = a.str("--comm", "auto");

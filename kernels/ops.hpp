@@ -45,9 +45,21 @@ void philox_uniforms(float* u, const DropoutKey& key, uint64_t i0, int n);
 #undef OP
 
 // ---- CPU-only helpers -----------------------------------------------------------------------
+// The GEMM chain. On the CPU every output of gemm (and gemm_naive) is one chain over increasing k:
+//   acc = 0;  for k = 0 .. K-1:  acc = fma(op(A)[m][k], op(B)[k][n], acc)   (one rounding a step)
+//   C[m][n] = alpha * acc (+ beta * C[m][n]) (+ bias[n])                   (separate roundings)
+// Every version computes exactly this, so they all give the same bits, on any thread count.
 // Reference triple loop, kept for tests and the GEMM tutorial (same semantics as gemm).
 void gemm_naive(float* C, const float* A, const float* B, const float* bias,
                 int M, int N, int K, bool transA, bool transB, float alpha, float beta);
+// gemm's register-tile micro-kernel, in order of sophistication (kernels/cpu/gemm.cpp). The
+// default is the best this CPU runs, found at run time; PIPETRAIN_GEMM=plain|avx2|avx512 or
+// set_gemm_kernel (for tests and tutorial 01) choose another, for the whole process.
+enum class GemmKernel { plain, avx2, avx512 };
+bool gemm_kernel_runs(GemmKernel k);   // does this CPU (and this build) have it?
+const char* gemm_kernel_name(GemmKernel k);
+GemmKernel gemm_kernel();
+void set_gemm_kernel(GemmKernel k);    // throws when !gemm_kernel_runs(k)
 float round_bf16(float x);   // to the nearest bfloat16 (kernels/bf16.hpp), as a float
 
 }  // namespace ops

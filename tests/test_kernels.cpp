@@ -199,6 +199,63 @@ TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta
                 }
 }
 
+// Every micro-kernel this CPU runs (plain C++, AVX2 + FMA, AVX-512) against the naive loop, bit
+// for bit: shapes that cut every register and cache tile (MR 6/12, NR 16/32, KC 256, blocks of
+// 144 rows and 512 columns), every transpose, alpha/beta/bias, and beta = 0 over NaN garbage.
+TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
+    const int sizes[][3] = {{1, 1, 1}, {5, 15, 3}, {13, 33, 257}, {145, 17, 513}, {12, 32, 256},
+                            {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}};
+    const ops::GemmKernel before = ops::gemm_kernel();
+    int ran = 0;
+    for (ops::GemmKernel k : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512}) {
+        if (!ops::gemm_kernel_runs(k)) {
+            MESSAGE("skipped: this CPU has no " << ops::gemm_kernel_name(k));
+            continue;
+        }
+        ops::set_gemm_kernel(k);
+        ran++;
+        uint32_t seed = 100;
+        for (auto& s : sizes)
+            for (int t = 0; t < 4; t++)
+                for (int variant = 0; variant < 3; variant++) {
+                    const int M = s[0], N = s[1], K = s[2];
+                    const bool ta = t & 1, tb = t & 2;
+                    const Vec A = random_vec((size_t)M * K, seed++), B = random_vec((size_t)K * N, seed++);
+                    const Vec bias = random_vec(N, seed++);
+                    Vec C0 = random_vec((size_t)M * N, seed++);
+                    const float alpha = variant == 1 ? -0.75f : 1.0f, beta = variant == 1 ? 0.5f : 0.0f;
+                    const float* b = variant == 1 ? bias.data() : nullptr;
+                    if (variant == 2) std::fill(C0.begin(), C0.end(), NAN);
+                    Vec C1 = C0, C2 = C0;
+                    for (int threads : {1, 2}) {
+                        ops::set_num_threads(threads);
+                        C1 = C0;
+                        ops::gemm(C1.data(), A.data(), B.data(), b, M, N, K, ta, tb, alpha, beta);
+                    }
+                    ops::set_num_threads(1);
+                    ops::gemm_naive(C2.data(), A.data(), B.data(), b, M, N, K, ta, tb, alpha, beta);
+                    INFO(ops::gemm_kernel_name(k) << " M=" << M << " N=" << N << " K=" << K << " transA=" << ta
+                                                  << " transB=" << tb << " variant=" << variant);
+                    CHECK(same_bits(C1, C2));
+                }
+    }
+    ops::set_gemm_kernel(before);
+    CHECK(ran >= 1);
+}
+
+// The chain is fused. Step 0 gives acc = -1; step 1 adds a * a with a = 1 + 2^-12, whose exact
+// value 1 + 2^-11 + 2^-24 needs 25 bits: a separate multiply rounds it to 1 + 2^-11 (a tie, to
+// even) and leaves 2^-11, where the fma adds the exact product and keeps 2^-11 + 2^-24.
+TEST_CASE("gemm rounds each step of the chain once (fma)") {
+    const float a = 1.0f + std::ldexp(1.0f, -12);
+    const Vec A = {-1.0f, a}, B = {1.0f, a};   // (1, 2) @ (2, 1)
+    Vec C(1), Cn(1);
+    ops::gemm(C.data(), A.data(), B.data(), nullptr, 1, 1, 2, false, false, 1.0f, 0.0f);
+    ops::gemm_naive(Cn.data(), A.data(), B.data(), nullptr, 1, 1, 2, false, false, 1.0f, 0.0f);
+    CHECK(C[0] == std::ldexp(1.0f, -11) + std::ldexp(1.0f, -24));
+    CHECK(Cn[0] == C[0]);
+}
+
 TEST_CASE("gemm gives the same bits with 1, 2 and 3 threads") {
     const int M = 200, N = 530, K = 70;  // several row and column tiles
     const Vec A = random_vec((size_t)M * K, 11), B = random_vec((size_t)K * N, 12);

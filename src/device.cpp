@@ -2,7 +2,10 @@
 // without the toolkit builds the same file with the CPU alone.
 #include "src/device.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -177,12 +180,56 @@ void zero(void*, size_t) { throw std::logic_error("Array: no CUDA in this build"
 
 #endif
 
+// ---- PIPETRAIN_PROFILE: wall time per op ---------------------------------------------------------
+namespace {
+enum OpId {
+#define OP(ret, name, params, args) kOp_##name,
+#include "kernels/ops.inc"
+#undef OP
+    kNumOps
+};
+const char* const kOpNames[] = {
+#define OP(ret, name, params, args) #name,
+#include "kernels/ops.inc"
+#undef OP
+};
+std::atomic<long long> g_op_ns[kNumOps], g_op_calls[kNumOps];
+const bool g_profiling = [] {
+    const char* v = std::getenv("PIPETRAIN_PROFILE");
+    return v && *v && std::string(v) != "0";
+}();
+
+// Adds the time from its construction to its destruction to op `id` (when profiling).
+struct OpClock {
+    int id;
+    std::chrono::steady_clock::time_point t0;
+    explicit OpClock(int op) : id(op), t0(g_profiling ? std::chrono::steady_clock::now() : t0) {}
+    ~OpClock() {
+        if (!g_profiling) return;
+        g_op_ns[id] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        g_op_calls[id]++;
+    }
+};
+}  // namespace
+
+bool op_profiling() { return g_profiling; }
+std::vector<OpTime> op_profile() {
+    std::vector<OpTime> all;
+    for (int i = 0; i < kNumOps; i++)
+        if (g_op_calls[i]) all.push_back({kOpNames[i], g_op_ns[i] * 1e-9, g_op_calls[i].load()});
+    std::sort(all.begin(), all.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+    return all;
+}
+
 // ---- dev::name for every op of kernels/ops.inc ----------------------------------------------
 // One function per OP line, e.g.
-//   void scale(float* x, float s, int N) { return DISPATCH(scale, (x, s, N)); }
+//   void scale(float* x, float s, int N) { OpClock clock(kOp_scale); return DISPATCH(scale, (x, s, N)); }
 namespace dev {
 #define OP(ret, name, params, args) \
-    ret name params { return DISPATCH(name, args); }
+    ret name params {               \
+        OpClock clock(kOp_##name);  \
+        return DISPATCH(name, args); \
+    }
 #include "kernels/ops.inc"
 #undef OP
 }  // namespace dev

@@ -134,6 +134,18 @@ void move_to(Array<T>& a, Device d) {
     a.swap(b);
 }
 
+// ---- time per op -----------------------------------------------------------------------------
+// With PIPETRAIN_PROFILE=1 in the environment, every dev:: call adds its wall time to its op's
+// total (all threads together); op_profile() reads the totals, slowest first. On a GPU a call's
+// time is its launch, not its run: the breakdown is meant for the CPU.
+struct OpTime {
+    const char* name;
+    double seconds;
+    long long calls;
+};
+bool op_profiling();
+std::vector<OpTime> op_profile();
+
 // ---- the ops of kernels/ops.inc on this thread's device ------------------------------------
 // Same names, arguments and semantics (dev::gemm, dev::layernorm_forward, ...); every pointer
 // must be on the current device. On a GPU, the flash attention kernels throw for HS > 128.

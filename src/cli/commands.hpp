@@ -18,5 +18,6 @@ int inspect_main(const std::vector<std::string>& args);          // inspect.cpp:
 int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp: --vocab FILE [--ids] (TEXT | --file F)
 int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]
 int bench_pipeline_main(const std::vector<std::string>& args);   // bench_pipeline.cpp
+int bench_gemm_main(const std::vector<std::string>& args);       // bench_gemm.cpp
 
 }  // namespace pt

@@ -1,5 +1,7 @@
 // pipetrain — the command line. Each subcommand lives next to the code it drives.
+#include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <exception>
 #include <sstream>
 #include <string>
@@ -8,7 +10,7 @@
 #include "src/cli/commands.hpp"
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/tokenizer.hpp"
-#include "src/cli/commands.hpp"
+#include "src/device.hpp"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -39,7 +41,11 @@ const char* kUsage =
     "  partition  (--model DIR | --preset NAME) [--stages P] [--by time|params|memory|uniform] [--batch B]\n"
     "             [--seq L]\n"
     "  bench-pipeline [--preset NAME] [--batch B] [--seq L] [--micro-batches M] [--stages 1,2,4]\n"
-    "             [--schedules gpipe,1f1b,zb-h1] [--steps N] [--reps N]   measured vs simulated makespan\n";
+    "             [--schedules gpipe,1f1b,zb-h1] [--steps N] [--reps N]   measured vs simulated makespan\n"
+    "  bench-gemm [--shapes MxNxK:nn,...] [--threads T] [--seconds S] [--kernel best|all|plain|avx2|avx512]\n"
+    "             GFLOP/s of the CPU GEMM\n"
+    "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command;\n"
+    "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best)\n";
 
 // `pipetrain CMD --help`: CMD's lines of kUsage (its own and the indented ones continuing it).
 std::string usage_of(const std::string& cmd) {
@@ -50,6 +56,32 @@ std::string usage_of(const std::string& cmd) {
         if (in) out += line + "\n";
     }
     return out;
+}
+
+int run(const std::string& cmd, const std::vector<std::string>& args, const char* program) {
+    if (cmd == "train") return pt::train_main(args, program);   // 130/143 after Ctrl-C/SIGTERM
+    if (cmd == "eval") return pt::eval_main(args);
+    if (cmd == "tokenize") return pt::tokenize_main(args);
+    if (cmd == "vocab") return pt::vocab_main(args);
+    if (cmd == "schedule") return pt::schedule_main(args);
+    if (cmd == "partition") return pt::partition_main(args);
+    if (cmd == "fill-mask") return pt::fill_mask_main(args);
+    if (cmd == "generate") return pt::generate_main(args);
+    if (cmd == "inspect") return pt::inspect_main(args);
+    if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
+    if (cmd == "bench-gemm") return pt::bench_gemm_main(args);
+    std::fprintf(stderr, "pipetrain: unknown command \"%s\" (pipetrain --help lists them)\n", cmd.c_str());
+    return 2;
+}
+
+// PIPETRAIN_PROFILE=1: the ops' wall time (every thread's calls added up), slowest first.
+void print_op_profile(double wall) {
+    double sum = 0;
+    for (const pt::OpTime& t : pt::op_profile()) sum += t.seconds;
+    std::printf("op profile (PIPETRAIN_PROFILE): %.3f s in ops, %.3f s wall (all threads' op time added up)\n", sum, wall);
+    std::printf("%-28s %10s %9s %7s\n", "op", "seconds", "calls", "share");
+    for (const pt::OpTime& t : pt::op_profile())
+        std::printf("%-28s %10.3f %9lld %6.1f%%\n", t.name, t.seconds, t.calls, 100 * t.seconds / std::max(sum, 1e-12));
 }
 
 }  // namespace
@@ -71,18 +103,10 @@ int main(int argc, char** argv) {
     for (const std::string& a : args)
         if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("usage: pipetrain\n%s", usage_of(cmd).c_str()), 0;
     try {
-        if (cmd == "train") return pt::train_main(args, argv[0]);   // 130/143 after Ctrl-C/SIGTERM
-        if (cmd == "eval") return pt::eval_main(args);
-        if (cmd == "tokenize") return pt::tokenize_main(args);
-        if (cmd == "vocab") return pt::vocab_main(args);
-        if (cmd == "schedule") return pt::schedule_main(args);
-        if (cmd == "partition") return pt::partition_main(args);
-        if (cmd == "fill-mask") return pt::fill_mask_main(args);
-        if (cmd == "generate") return pt::generate_main(args);
-        if (cmd == "inspect") return pt::inspect_main(args);
-        if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
-        std::fprintf(stderr, "pipetrain: unknown command \"%s\" (pipetrain --help lists them)\n", cmd.c_str());
-        return 2;
+        const auto t0 = std::chrono::steady_clock::now();
+        int rc = run(cmd, args, argv[0]);
+        if (pt::op_profiling()) print_op_profile(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        return rc;
     } catch (const std::exception& e) {
         // An allocation that failed on a stage's thread arrives wrapped, naming its rank and action.
         std::string why = e.what();

@@ -1,0 +1,86 @@
+// src/cli/bench_gemm.cpp — `pipetrain bench-gemm`: GFLOP/s of ops::gemm on given shapes, for each
+// micro-kernel this CPU runs. scripts/bench_cpu.sh puts the numbers next to OpenBLAS's.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "src/cli/args.hpp"
+#include "src/cli/commands.hpp"
+
+namespace pt {
+
+namespace {
+struct Shape {
+    int M, N, K;
+    bool ta, tb;
+};
+
+// "MxNxK:nt" (n = stored as op() reads it, t = transposed, for A then B), comma-separated.
+std::vector<Shape> parse_shapes(const std::string& list) {
+    std::vector<Shape> shapes;
+    size_t at = 0;
+    while (at <= list.size()) {
+        size_t end = list.find(',', at);
+        std::string s = list.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        Shape sh{};
+        char a = 0, b = 0;
+        int used = 0;
+        if (std::sscanf(s.c_str(), "%dx%dx%d:%c%c%n", &sh.M, &sh.N, &sh.K, &a, &b, &used) != 5 || used != int(s.size()) ||
+            sh.M < 1 || sh.N < 1 || sh.K < 1 || (a != 'n' && a != 't') || (b != 'n' && b != 't'))
+            throw std::runtime_error("--shapes: expected MxNxK:nn|nt|tn|tt items, comma-separated, got \"" + s + "\"");
+        sh.ta = a == 't', sh.tb = b == 't';
+        shapes.push_back(sh);
+        if (end == std::string::npos) break;
+        at = end + 1;
+    }
+    return shapes;
+}
+
+// Repeats the product until `seconds` have passed; GFLOP/s = 2 M N K per product.
+double measure(const Shape& s, double seconds) {
+    std::mt19937 gen(1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> A((size_t)s.M * s.K), B((size_t)s.K * s.N), C((size_t)s.M * s.N, 0.0f);
+    for (float& x : A) x = dist(gen);
+    for (float& x : B) x = dist(gen);
+    auto run = [&] { ops::gemm(C.data(), A.data(), B.data(), nullptr, s.M, s.N, s.K, s.ta, s.tb, 1.0f, 0.0f); };
+    run();   // warm-up: packing buffers, worker threads
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double elapsed = 0.0;
+    do {
+        run();
+        reps++;
+        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (elapsed < seconds);
+    return 2.0 * s.M * s.N * s.K * reps / elapsed / 1e9;
+}
+}  // namespace
+
+int bench_gemm_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--shapes", "--threads", "--seconds", "--kernel"});
+    std::vector<Shape> shapes = parse_shapes(a.str("--shapes", "1024x1024x1024:nn"));
+    ops::set_num_threads(int(a.integer("--threads", 1, 1, 256)));
+    double seconds = a.real("--seconds", 0.5, 0.01, 60);
+    std::string which = a.str("--kernel", "best");
+    std::vector<ops::GemmKernel> kernels;
+    for (ops::GemmKernel k : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512})
+        if (ops::gemm_kernel_runs(k) && (which == "all" || which == ops::gemm_kernel_name(k) ||
+                                         (which == "best" && k == ops::gemm_kernel())))
+            kernels.push_back(k);
+    if (kernels.empty())
+        throw std::runtime_error("--kernel: expected best, all, plain, avx2 or avx512 (one this CPU runs), got \"" + which + "\"");
+    std::printf("kernel M N K transA transB GFLOP/s\n");
+    for (ops::GemmKernel k : kernels) {
+        ops::set_gemm_kernel(k);
+        for (const Shape& s : shapes)
+            std::printf("%s %d %d %d %d %d %.1f\n", ops::gemm_kernel_name(k), s.M, s.N, s.K, s.ta, s.tb, measure(s, seconds));
+    }
+    return 0;
+}
+
+}  // namespace pt

@@ -8,10 +8,12 @@
 
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vecmath.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -254,6 +256,53 @@ TEST_CASE("gemm rounds each step of the chain once (fma)") {
     ops::gemm_naive(Cn.data(), A.data(), B.data(), nullptr, 1, 1, 2, false, false, 1.0f, 0.0f);
     CHECK(C[0] == std::ldexp(1.0f, -11) + std::ldexp(1.0f, -24));
     CHECK(Cn[0] == C[0]);
+}
+
+// Distance in units in the last place between two floats (0 for equal, huge for NaN vs number).
+long long ulp_distance(float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : 1LL << 40;
+    int32_t ia, ib;
+    std::memcpy(&ia, &a, 4), std::memcpy(&ib, &b, 4);
+    const int64_t la = ia < 0 ? int64_t(INT32_MIN) - ia : ia, lb = ib < 0 ? int64_t(INT32_MIN) - ib : ib;
+    return (long long)(la > lb ? la - lb : lb - la);
+}
+
+// The GELU's erf and exp (kernels/cpu/vecmath.hpp) against std::erf and std::exp over the whole
+// float range: every 61st bit pattern of all 2^32 (a prime stride, so every exponent and a spread
+// of mantissas, both signs, inf and NaN), plus the specials. Prints the worst error and where.
+TEST_CASE("erf32 and exp32 stay within 2 and 1 ulp of std::erf and std::exp over every float") {
+    long long erf_worst = 0, exp_worst = 0;
+    float erf_at = 0, exp_at = 0, sub_at = 0;
+    double sub_worst = 0;   // exp results below FLT_MIN (subnormal): absolute error
+    auto check = [&](float x) {
+        const long long e = ulp_distance(ops::erf32(x), std::erf(x));
+        if (e > erf_worst) erf_worst = e, erf_at = x;
+        const float want = std::exp(x), got = ops::exp32(x);
+        if (std::fabs(want) >= FLT_MIN || !std::isfinite(want)) {
+            const long long d = ulp_distance(got, want);
+            if (d > exp_worst) exp_worst = d, exp_at = x;
+        } else if (std::fabs(double(got) - want) > sub_worst) {
+            sub_worst = std::fabs(double(got) - want), sub_at = x;
+        }
+    };
+    for (uint64_t u = 0; u < (1ULL << 32); u += 61) {
+        float x;
+        const uint32_t bits = uint32_t(u);
+        std::memcpy(&x, &bits, 4);
+        check(x);
+    }
+    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 3.95f, -3.95f, 88.7f, 88.73f, -87.33f, -104.0f, INFINITY, -INFINITY, NAN})
+        check(x);
+    MESSAGE("erf32: worst " << erf_worst << " ulp at x = " << erf_at << "; exp32: worst " << exp_worst
+                            << " ulp at x = " << exp_at << ", subnormal results within " << sub_worst << " (at "
+                            << sub_at << ")");
+    CHECK(erf_worst <= 2);
+    CHECK(exp_worst <= 1);
+    CHECK(sub_worst <= 2 * 1.4013e-45);   // two subnormal steps
+    CHECK(std::isnan(ops::erf32(NAN)));
+    CHECK(std::isnan(ops::exp32(NAN)));
+    CHECK(ops::erf32(-0.0f) == 0.0f);
+    CHECK(std::signbit(ops::erf32(-0.0f)));
 }
 
 TEST_CASE("gemm gives the same bits with 1, 2 and 3 threads") {

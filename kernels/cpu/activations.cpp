@@ -1,6 +1,8 @@
-// kernels/cpu/activations.cpp — GELU (exact erf), ReLU, tanh and elementwise helpers.
+// kernels/cpu/activations.cpp — GELU (exact erf, through erf32 and exp32 of vecmath.hpp, which
+// vectorise), ReLU, tanh and elementwise helpers.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vecmath.hpp"
 
 #include <cmath>
 
@@ -17,7 +19,7 @@ void gelu_forward(float* out, const float* inp, int N) {
     parallel_for(N, kGrain, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; i++) {
             const float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+            out[i] = 0.5f * x * (1.0f + erf32(x * kInvSqrt2));
         }
     });
 }
@@ -27,8 +29,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int N) {
     parallel_for(N, kGrain, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; i++) {
             const float x = inp[i];
-            const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-            const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+            const float cdf = 0.5f * (1.0f + erf32(x * kInvSqrt2));
+            const float pdf = kInvSqrt2Pi * exp32(-0.5f * x * x);
             dinp[i] += (cdf + x * pdf) * dout[i];
         }
     });

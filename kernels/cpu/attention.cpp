@@ -1,13 +1,16 @@
 // kernels/cpu/attention.cpp — multi-head scaled dot-product attention, one (batch, head) pair
 // at a time. Threads own whole (b, h) pairs: each pair owns its own channel slice of
-// out/dq/dk/dv and its own (T, T) block of att (or T entries of lse), so the sums over queries
-// into dk and dv run in a fixed order on any thread count.
-//   attention_forward / attention_backward: store the probabilities att (B, NH, T, T).
+// out/dq/dk/dv and its own (T, T) block of att (or T entries of lse), so every sum runs in a
+// fixed order on any thread count.
+//   attention_forward / attention_backward: store the probabilities att (B, NH, T, T); the
+//   backward walks query by query (the plainest statement of the gradients).
 //   attention_forward_flash / attention_backward_flash: store only lse (B, NH, T) and recompute
 //   the probabilities in the backward; the specification of the CUDA flash kernels (which tile
-//   the same loops) and what the model uses.
+//   the same products) and what the model uses. Both forwards, and the flash backward, write
+//   each head's products as (T, T) and (T, HS) matrices and multiply them with ops::gemm.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vecmath.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -27,20 +30,6 @@ inline void axpy(float* y, float a, const float* x, int n) {  // y += a * x
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-// xt (HS, T) = the head's rows x_j (T rows of HS channels, C apart), transposed.
-void transpose_head(float* xt, const float* x, int T, int HS, int C) {
-    for (int j = 0; j < T; j++)
-        for (int d = 0; d < HS; d++) xt[(size_t)d * T + j] = x[(size_t)j * C + d];
-}
-
-// out[j] = a . x_j for j < T, with xt (HS, T) from transpose_head: HS axpys over j, which the
-// compiler vectorises, where T separate dot products would each be a chain of dependent adds.
-// Each out[j] still sums d = 0, 1, ... HS-1 in order from 0: dot()'s bits.
-void dots(float* out, const float* a, const float* xt, int T, int HS) {
-    std::fill(out, out + T, 0.0f);
-    for (int d = 0; d < HS; d++) axpy(out, a[d], xt + (size_t)d * T, T);
-}
-
 // Dropout on the probabilities of query i: z[j] = 1/(1-p) (kept) or 0 (dropped), all 1 without
 // dropout. Element (b, h, i, j) has the index of its place in att (B, NH, T, T), as in
 // dropout_forward; a whole row is drawn at once (philox_uniforms is vectorised).
@@ -57,8 +46,38 @@ inline bool visible(const int32_t* mask, bool causal, int b, int i, int j, int T
     return (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
 }
 
-// Both forwards: the probabilities of one query go to its row of att (v1) or to a scratch row
-// (flash, which keeps lse_i = max + log(sum) instead). The same operations, so the same out.
+// Rows t = 0..T-1 of one head (HS channels, C apart in x) into a dense (T, HS) matrix, and back
+// (adding: the backward's outputs accumulate).
+void gather_head(float* xh, const float* x, int T, int HS, int C) {
+    for (int t = 0; t < T; t++) std::copy(x + (size_t)t * C, x + (size_t)t * C + HS, xh + (size_t)t * HS);
+}
+void add_head(float* x, const float* xh, int T, int HS, int C) {
+    for (int t = 0; t < T; t++) axpy(x + (size_t)t * C, 1.0f, xh + (size_t)t * HS, HS);
+}
+
+// Row i of the scores S (T) into probabilities, in place: masked keys get exactly zero, the rest
+// exp(score * scale - max) / sum. Returns lse_i = max + log(sum), -inf when every key is masked.
+float softmax_row(float* s, const int32_t* mask, bool causal, int b, int i, int T, float scale) {
+    float maxv = -INFINITY;
+    for (int j = 0; j < T; j++) {
+        s[j] = visible(mask, causal, b, i, j, T) ? s[j] * scale : -INFINITY;
+        if (s[j] > maxv) maxv = s[j];
+    }
+    if (maxv == -INFINITY) {   // every key masked (an all-padding row): no attention
+        std::fill(s, s + T, 0.0f);
+        return -INFINITY;
+    }
+    for (int j = 0; j < T; j++) s[j] = s[j] == -INFINITY ? 0.0f : exp32(s[j] - maxv);   // vectorises
+    float sum = 0.0f;
+    for (int j = 0; j < T; j++) sum += s[j];
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < T; j++) s[j] *= inv;
+    return maxv + std::log(sum);
+}
+
+// Both forwards, one (b, h) pair at a time as matrices: S = Q K^T (ops::gemm: each score is the
+// fma chain over the head's channels), softmax by rows, W = P * dropout factor, O = W V. The
+// probabilities P go to att (v1) or to a scratch matrix (flash, which keeps lse instead).
 void forward(float* out, float* att, float* lse,
              const float* q, const float* k, const float* v, const int32_t* mask,
              bool causal, float p, const DropoutKey& key,
@@ -67,43 +86,25 @@ void forward(float* out, float* att, float* lse,
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> scratch(att ? 0 : T), z(T), kt((size_t)HS * T);  // (T), (T), (HS, T)
+        std::vector<float> qh((size_t)T * HS), kh((size_t)T * HS), vh((size_t)T * HS), oh((size_t)T * HS);
+        std::vector<float> S((size_t)T * T), W((size_t)T * T), z(T);   // (T, T), (T, T), (T)
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
-            transpose_head(kt.data(), k + base, T, HS, C);
+            gather_head(qh.data(), q + base, T, HS, C);
+            gather_head(kh.data(), k + base, T, HS, C);
+            gather_head(vh.data(), v + base, T, HS, C);
+            float* P = att ? att + (size_t)bh * T * T : S.data();
+            gemm(P, qh.data(), kh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);
             for (int i = 0; i < T; i++) {
-                const float* qi = q + base + (size_t)i * C;  // (HS)
-                float* oi = out + base + (size_t)i * C;      // (HS)
-                float* arow = att ? att + ((size_t)bh * T + i) * T : scratch.data();  // (T)
-                // Scores of the visible keys; masked keys get exactly zero probability.
-                dots(arow, qi, kt.data(), T, HS);
-                float maxv = -INFINITY;
-                for (int j = 0; j < T; j++) {
-                    arow[j] = visible(mask, causal, b, i, j, T) ? arow[j] * scale : -INFINITY;
-                    if (arow[j] > maxv) maxv = arow[j];
-                }
-                for (int c = 0; c < HS; c++) oi[c] = 0.0f;
-                if (maxv == -INFINITY) {  // every key masked (an all-padding row): no attention
-                    for (int j = 0; j < T; j++) arow[j] = 0.0f;
-                    if (lse) lse[bh * T + i] = -INFINITY;
-                    continue;
-                }
-                float sum = 0.0f;
-                for (int j = 0; j < T; j++) {
-                    arow[j] = arow[j] == -INFINITY ? 0.0f : std::exp(arow[j] - maxv);
-                    sum += arow[j];
-                }
-                if (lse) lse[bh * T + i] = maxv + std::log(sum);
-                const float inv = 1.0f / sum;
-                for (int j = 0; j < T; j++) arow[j] *= inv;
+                float* row = P + (size_t)i * T;
+                const float l = softmax_row(row, mask, causal, b, i, T, scale);
+                if (lse) lse[bh * T + i] = l;
                 keep_row(z.data(), p, s, key, bh, i, T);
-                for (int j = 0; j < T; j++) {
-                    if (arow[j] == 0.0f) continue;
-                    const float w = arow[j] * z[j];
-                    if (w != 0.0f) axpy(oi, w, v + base + (size_t)j * C, HS);
-                }
+                for (int j = 0; j < T; j++) W[(size_t)i * T + j] = row[j] * z[j];
             }
+            gemm(oh.data(), W.data(), vh.data(), nullptr, T, HS, T, false, false, 1.0f, 0.0f);
+            for (int t = 0; t < T; t++) std::copy(&oh[(size_t)t * HS], &oh[(size_t)t * HS] + HS, out + base + (size_t)t * C);
         }
     });
 }
@@ -176,10 +177,12 @@ void attention_forward_flash(float* out, float* lse,
     forward(out, nullptr, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 
-// Query by query: every visible pair (i, j) recomputes its score as the forward did, then
-// P_ij = exp(score - lse_i), and adds its share of dq_i, dk_j and dv_j. dk and dv collect in a
-// (T, HS) scratch per (b, h), summed over i in increasing order, then added once. A query's
-// rows of scores and dP are computed first, vectorised over keys (dots).
+// One (b, h) pair at a time as matrices, recomputing the probabilities from lse:
+//   S = Q K^T, P_ij = exp(S_ij * scale - lse_i) (0 where masked), W = P * dropout factor,
+//   dW = dO V^T, dV = W^T dO, dS = P * (dW * factor - D_i) * scale with D_i = do_i . out_i,
+//   dQ = dS K, dK = dS^T Q.
+// Every product is ops::gemm (each entry one fma chain in increasing order); dq, dk and dv get
+// their head's (T, HS) result added once.
 void attention_backward_flash(float* dq, float* dk, float* dv,
                               const float* dout, const float* out, const float* lse,
                               const float* q, const float* k, const float* v, const int32_t* mask,
@@ -190,40 +193,42 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-        std::vector<float> dqi(HS), P(T), Z(T), dP(T);                // (HS), then (T) each
-        std::vector<float> dkb((size_t)T * HS), dvb((size_t)T * HS);  // (T, HS) each
-        std::vector<float> kt((size_t)HS * T), vt((size_t)HS * T);    // (HS, T) each
+        const size_t th = (size_t)T * HS, tt = (size_t)T * T;
+        std::vector<float> qh(th), kh(th), vh(th), doh(th), grad(th);   // (T, HS) each
+        std::vector<float> P(tt), W(tt), dS(tt), z(T);                 // (T, T) each, (T)
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
-            std::fill(dkb.begin(), dkb.end(), 0.0f);
-            std::fill(dvb.begin(), dvb.end(), 0.0f);
-            transpose_head(kt.data(), k + base, T, HS, C);
-            transpose_head(vt.data(), v + base, T, HS, C);
+            gather_head(qh.data(), q + base, T, HS, C);
+            gather_head(kh.data(), k + base, T, HS, C);
+            gather_head(vh.data(), v + base, T, HS, C);
+            gather_head(doh.data(), dout + base, T, HS, C);
+            gemm(P.data(), qh.data(), kh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);    // S
+            gemm(dS.data(), doh.data(), vh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);  // dO V^T
             for (int i = 0; i < T; i++) {
-                const float* qi = q + base + (size_t)i * C;    // (HS)
-                const float* doi = dout + base + (size_t)i * C;
-                const float lse_i = lse[bh * T + i];  // -inf: the query sees no key, so no pair below
+                const float lse_i = lse[bh * T + i];   // -inf: the query sees no key, so its row is 0
                 // D_i = sum_j P_ij dP_ij = do_i . out_i, since out already carries the dropped weights.
-                const float D_i = dot(doi, out + base + (size_t)i * C, HS);
-                std::fill(dqi.begin(), dqi.end(), 0.0f);
-                keep_row(Z.data(), p, s, key, bh, i, T);
-                dots(P.data(), qi, kt.data(), T, HS);
-                dots(dP.data(), doi, vt.data(), T, HS);
+                const float D_i = dot(dout + base + (size_t)i * C, out + base + (size_t)i * C, HS);
+                keep_row(z.data(), p, s, key, bh, i, T);
+                float *Pi = &P[(size_t)i * T], *Wi = &W[(size_t)i * T], *dSi = &dS[(size_t)i * T];
                 for (int j = 0; j < T; j++) {
-                    if (!visible(mask, causal, b, i, j, T)) continue;
-                    P[j] = std::exp(P[j] * scale - lse_i);
-                    dP[j] = Z[j] * dP[j];
-                    const float ds = P[j] * (dP[j] - D_i) * scale;
-                    if (dv) axpy(&dvb[(size_t)j * HS], P[j] * Z[j], doi, HS);
-                    if (dq) axpy(dqi.data(), ds, k + base + (size_t)j * C, HS);
-                    if (dk) axpy(&dkb[(size_t)j * HS], ds, qi, HS);
+                    const bool on = visible(mask, causal, b, i, j, T) && lse_i != -INFINITY;
+                    Pi[j] = on ? exp32(Pi[j] * scale - lse_i) : 0.0f;
+                    Wi[j] = Pi[j] * z[j];
+                    dSi[j] = Pi[j] * (z[j] * dSi[j] - D_i) * scale;
                 }
-                if (dq) axpy(dq + base + (size_t)i * C, 1.0f, dqi.data(), HS);
             }
-            for (int t = 0; t < T; t++) {
-                if (dk) axpy(dk + base + (size_t)t * C, 1.0f, &dkb[(size_t)t * HS], HS);
-                if (dv) axpy(dv + base + (size_t)t * C, 1.0f, &dvb[(size_t)t * HS], HS);
+            if (dv) {
+                gemm(grad.data(), W.data(), doh.data(), nullptr, T, HS, T, true, false, 1.0f, 0.0f);
+                add_head(dv + base, grad.data(), T, HS, C);
+            }
+            if (dq) {
+                gemm(grad.data(), dS.data(), kh.data(), nullptr, T, HS, T, false, false, 1.0f, 0.0f);
+                add_head(dq + base, grad.data(), T, HS, C);
+            }
+            if (dk) {
+                gemm(grad.data(), dS.data(), qh.data(), nullptr, T, HS, T, true, false, 1.0f, 0.0f);
+                add_head(dk + base, grad.data(), T, HS, C);
             }
         }
     });

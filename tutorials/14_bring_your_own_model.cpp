@@ -183,7 +183,7 @@ class MailboxComm : public pp::Comm {
     int rank_;
 };
 
-// ---- one step, on one thread and on P ------------------------------------------------------
+// ---- one step on P threads, and how it compares with one thread ----------------------------
 struct Result { std::vector<Layer> layers = make_layers(); double loss = 0; std::vector<pp::Event> events; };
 
 Result run_pipeline(const pp::Schedule& schedule) {  // one thread per rank

@@ -378,96 +378,137 @@ inline void check_actions(const Schedule& schedule, int M, int V) {
     }
 }
 
+// The simulator's state: the sends and receives posted so far between each pair of ranks, in FIFO
+// order, and where each rank stands in its list of actions.
+struct Sim {
+    struct Posted { int tag; double time; };
+    struct Rank {
+        std::vector<std::vector<CommOp>> plan;         // comm_plan: the group posted before each action
+        size_t pos = 0;                                // the next action
+        bool posted = false, done = false;             // its group is posted; the rank has finished
+        double post_time = 0;                          // when it posted that group (it is free from then)
+        std::vector<std::pair<CommOp, size_t>> group;  // the posted group: each op and its FIFO index
+        std::vector<int> arrived;                      // tags received
+    };
+    Sim(const Schedule& schedule, int V)
+        : schedule(schedule), P(int(schedule.size())), V(V), sends(size_t(P) * P), recvs(size_t(P) * P), ranks(P) {
+        for (int r = 0; r < P; r++) ranks[r].plan = comm_plan(schedule[r], r, P, V);
+    }
+    // What `op` of rank r must meet: the receives posted by its destination, or the sends by its source.
+    std::vector<Posted>& peer_list(int r, const CommOp& op) {
+        return op.send ? recvs[size_t(r) * P + op.peer] : sends[size_t(op.peer) * P + r];
+    }
+    const Schedule& schedule;
+    int P, V;
+    std::vector<std::vector<Posted>> sends, recvs;  // [src * P + dst]
+    std::vector<Rank> ranks;
+};
+
+// Whether every operation of rank r's posted group has met its peer's; throws on a FIFO mismatch.
+inline bool group_met(Sim& s, int r) {
+    bool with_chunk = s.V > 1, complete = true;
+    for (const auto& [op, k] : s.ranks[r].group) {
+        auto& other = s.peer_list(r, op);
+        if (other.size() <= k) { complete = false; continue; }
+        if (other[k].tag != op.tag) {
+            int recv_tag = op.send ? other[k].tag : op.tag, send_tag = op.send ? op.tag : other[k].tag;
+            int dst = op.send ? op.peer : r, src = op.send ? r : op.peer;
+            throw std::runtime_error("rank " + std::to_string(dst) + " receives " + tag_label(recv_tag, with_chunk) +
+                                     " from rank " + std::to_string(src) + " but rank " + std::to_string(src) +
+                                     " sends " + tag_label(send_tag, with_chunk) + " first (FIFO mismatch)");
+        }
+    }
+    return complete;
+}
+
+// Completes rank r's group once met: notes what arrived, and a comm event when the rank had to
+// wait. Returns the time the rank is free to run its next action.
+inline double finish_group(SimResult& res, Sim& s, int r, const Costs& costs) {
+    Sim::Rank& me = s.ranks[r];
+    double ready = me.post_time;
+    for (const auto& [op, k] : me.group) {
+        if (op.send) continue;  // timing: a send does not hold up its sender (see `simulate`)
+        double sent = s.peer_list(r, op)[k].time;
+        ready = std::max(ready, std::max(me.post_time, sent) + (op.peer == r ? 0.0 : costs.comm));
+        me.arrived.push_back(op.tag);
+    }
+    if (ready > me.post_time) {
+        std::string what;
+        for (const auto& [op, k] : me.group) what += (what.empty() ? "" : ", ") + describe(op, s.V > 1);
+        const std::vector<Action>& actions = s.schedule[r];
+        Action next = me.pos < actions.size() ? actions[me.pos] : actions.back();
+        res.events.push_back({r, next, true, me.post_time, ready, what});
+    }
+    return ready;
+}
+
+// Runs rank r's next action from time `ready`; throws if its input has not arrived.
+inline void run_action(SimResult& res, Sim& s, int r, double ready, const Costs& costs) {
+    Sim::Rank& me = s.ranks[r];
+    const Action& a = s.schedule[r][me.pos];
+    CommOp in = input_of(a, r, s.P, s.V);
+    if (in.peer >= 0 && std::find(me.arrived.begin(), me.arrived.end(), in.tag) == me.arrived.end())
+        throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, s.V > 1) +
+                                 ": runs before the action that produces its input");
+    double cost = a.op == Op::F ? costs.f : a.op == Op::B ? costs.bi + costs.bw : a.op == Op::BI ? costs.bi : costs.bw;
+    res.events.push_back({r, a, false, ready, ready + cost, ""});
+    res.busy[r] += cost;
+    me.post_time = ready + cost;
+    me.pos++;
+    me.posted = false;
+}
+
+// "rank 1 (before F3) waits in {recv F3 from rank 0}; ...": the ranks that could not finish.
+inline std::string waiting_ranks(Sim& s) {
+    std::string waiting;
+    for (int r = 0; r < s.P; r++) {
+        const Sim::Rank& me = s.ranks[r];
+        if (me.done) continue;
+        std::string ops;
+        for (const auto& [op, k] : me.group)
+            if (s.peer_list(r, op).size() <= k) ops += (ops.empty() ? "" : ", ") + describe(op, s.V > 1);
+        std::string before = me.pos < s.schedule[r].size() ? "before " + to_string(s.schedule[r][me.pos], s.V > 1)
+                                                           : "after its last action";
+        waiting += (waiting.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " (" + before + ") waits in {" + ops + "}");
+    }
+    return waiting;
+}
+
 // Runs the schedule under the communication policy. Matching is unbuffered: a group completes
 // only when every one of its sends and receives has met its peer, else we report the deadlock.
 // Timing: a transfer starts when both sides have posted it and takes costs.comm; the receiver
 // waits for it, the sender does not (eager or asynchronous sends, as real engines overlap them).
 inline SimResult run(const Schedule& schedule, int V, const Costs& costs) {
-    int P = int(schedule.size());
-    bool with_chunk = V > 1;
-    struct Posted { int tag; double time; };
-    std::vector<std::vector<Posted>> sends(size_t(P) * P), recvs(size_t(P) * P);  // [src * P + dst]
-    std::vector<size_t> pos(P, 0);
-    std::vector<bool> posted(P, false), done(P, false);
-    std::vector<double> post_time(P, 0);
-    std::vector<std::vector<std::pair<CommOp, size_t>>> group(P);  // op and its FIFO index
-    std::vector<std::vector<int>> arrived(P);                    // tags received, per rank
-    std::vector<std::vector<std::vector<CommOp>>> plans;
-    for (int r = 0; r < P; r++) plans.push_back(comm_plan(schedule[r], r, P, V));
+    Sim s(schedule, V);
     SimResult res;
-    res.busy.assign(P, 0);
+    res.busy.assign(s.P, 0);
     bool progress = true;
-    while (progress) {
+    while (progress) {  // each rank in turn: post its group; once the group is met, run the next action
         progress = false;
-        for (int r = 0; r < P; r++) {
-            if (done[r]) continue;
-            const std::vector<Action>& actions = schedule[r];
-            if (!posted[r]) {
-                group[r].clear();
-                for (const CommOp& op : plans[r][pos[r]]) {
-                    auto& list = op.send ? sends[size_t(r) * P + op.peer] : recvs[size_t(op.peer) * P + r];
-                    group[r].push_back({op, list.size()});
-                    list.push_back({op.tag, post_time[r]});
+        for (int r = 0; r < s.P; r++) {
+            Sim::Rank& me = s.ranks[r];
+            if (me.done) continue;
+            if (!me.posted) {  // the group before its next action (or after its last one)
+                me.group.clear();
+                for (const CommOp& op : me.plan[me.pos]) {
+                    auto& list = op.send ? s.sends[size_t(r) * s.P + op.peer] : s.recvs[size_t(op.peer) * s.P + r];
+                    me.group.push_back({op, list.size()});
+                    list.push_back({op.tag, me.post_time});
                 }
-                posted[r] = progress = true;
+                me.posted = progress = true;
             }
-            bool complete = true;
-            for (const auto& [op, k] : group[r]) {
-                auto& other = op.send ? recvs[size_t(r) * P + op.peer] : sends[size_t(op.peer) * P + r];
-                if (other.size() <= k) { complete = false; continue; }
-                if (other[k].tag != op.tag) {
-                    int recv_tag = op.send ? other[k].tag : op.tag, send_tag = op.send ? op.tag : other[k].tag;
-                    int dst = op.send ? op.peer : r, src = op.send ? r : op.peer;
-                    throw std::runtime_error("rank " + std::to_string(dst) + " receives " + tag_label(recv_tag, with_chunk) +
-                                             " from rank " + std::to_string(src) + " but rank " + std::to_string(src) +
-                                             " sends " + tag_label(send_tag, with_chunk) + " first (FIFO mismatch)");
-                }
-            }
-            if (!complete) continue;
-            double ready = post_time[r];
-            for (const auto& [op, k] : group[r]) {
-                auto& other = op.send ? recvs[size_t(r) * P + op.peer] : sends[size_t(op.peer) * P + r];
-                if (op.send) continue;  // timing: a send does not hold up its sender (see `simulate`)
-                ready = std::max(ready, std::max(post_time[r], other[k].time) + (op.peer == r ? 0.0 : costs.comm));
-                arrived[r].push_back(op.tag);
-            }
+            if (!group_met(s, r)) continue;
             progress = true;
-            if (ready > post_time[r]) {
-                std::string what;
-                for (const auto& [op, k] : group[r]) what += (what.empty() ? "" : ", ") + describe(op, with_chunk);
-                Action next = pos[r] < actions.size() ? actions[pos[r]] : actions.back();
-                res.events.push_back({r, next, true, post_time[r], ready, what});
-            }
-            if (pos[r] == actions.size()) {
-                done[r] = true;
+            double ready = finish_group(res, s, r, costs);
+            if (me.pos == schedule[r].size()) {
+                me.done = true;
                 res.makespan = std::max(res.makespan, ready);
                 continue;
             }
-            const Action& a = actions[pos[r]];
-            CommOp in = input_of(a, r, P, V);
-            if (in.peer >= 0 && std::find(arrived[r].begin(), arrived[r].end(), in.tag) == arrived[r].end())
-                throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, with_chunk) +
-                                         ": runs before the action that produces its input");
-            double cost = a.op == Op::F ? costs.f : a.op == Op::B ? costs.bi + costs.bw : a.op == Op::BI ? costs.bi : costs.bw;
-            res.events.push_back({r, a, false, ready, ready + cost, ""});
-            res.busy[r] += cost;
-            post_time[r] = ready + cost;
-            pos[r]++;
-            posted[r] = false;
+            run_action(res, s, r, ready, costs);
         }
     }
-    std::string waiting;
-    for (int r = 0; r < P; r++) {
-        if (done[r]) continue;
-        std::string ops;
-        for (const auto& [op, k] : group[r]) {
-            auto& other = op.send ? recvs[size_t(r) * P + op.peer] : sends[size_t(op.peer) * P + r];
-            if (other.size() <= k) ops += (ops.empty() ? "" : ", ") + describe(op, with_chunk);
-        }
-        std::string before = pos[r] < schedule[r].size() ? "before " + to_string(schedule[r][pos[r]], with_chunk)
-                                                           : "after its last action";
-        waiting += (waiting.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " (" + before + ") waits in {" + ops + "}");
-    }
+    std::string waiting = waiting_ranks(s);
     if (!waiting.empty()) throw std::runtime_error("deadlock: " + waiting);
     return res;
 }

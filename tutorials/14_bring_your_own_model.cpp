@@ -16,23 +16,18 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <thread>
 
 #include "pipeline.hpp"
 
-const int D = 16, B = 2048, L = 8;  // width, rows per micro-batch, layers (L / P per stage)
+const int D = 16, B = 2048, L = 8, P = 4, M = 8;  // width, rows per micro-batch, layers, ranks, micro-batches
 
 // ---- the model: tensors (B, D) row-major, weights (D, D) out × in --------------------------
-struct Layer { std::vector<float> w1, w2, dw1, dw2; };
+struct Layer { std::vector<float> w1, w2, dw1 = std::vector<float>(D * D), dw2 = dw1; };
 std::vector<Layer> make_layers() {  // the same weights on every call, zero gradients
-    std::vector<Layer> layers(L);
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < D * D; k++) {
-            layers[l].w1.push_back(0.4f * std::sin(float(l * D * D + k)));
-            layers[l].w2.push_back(0.2f * std::cos(float(l * D * D + k)));
-            layers[l].dw1.push_back(0.0f), layers[l].dw2.push_back(0.0f);
-        }
+    std::vector<Layer> layers(L);   // weight k of the model is weight k % (D·D) of layer k / (D·D)
+    for (int k = 0; k < L * D * D; k++) layers[k / (D * D)].w1.push_back(0.4f * std::sin(float(k)));
+    for (int k = 0; k < L * D * D; k++) layers[k / (D * D)].w2.push_back(0.2f * std::cos(float(k)));
     return layers;
 }
 float input_at(int mb, int k) { return std::sin(0.37f * float(mb * B * D + k)); }   // x of micro-batch mb
@@ -42,33 +37,32 @@ float dot(const float* w, int stride, const float* v) {  // Σ_j w[j·stride]·v
     for (int j = 0; j < D; j++) s += w[j * stride] * v[j];
     return s;
 }
-
-void layer_forward(float* y, float* h, const float* x, const Layer& l) {  // h = W1·x is kept for the backward
-    for (int b = 0; b < B; b++, x += D, h += D, y += D) {
-        float a[D];
-        for (int i = 0; i < D; i++) h[i] = dot(&l.w1[i * D], 1, x), a[i] = std::max(h[i], 0.0f);
+// F: a = relu(W1·x) is kept for the backward, y = x + W2·a.
+void layer_forward(float* y, float* a, const float* x, const Layer& l) {
+    for (int b = 0; b < B; b++, x += D, a += D, y += D) {
+        for (int i = 0; i < D; i++) a[i] = std::max(dot(&l.w1[i * D], 1, x), 0.0f);
         for (int i = 0; i < D; i++) y[i] = x[i] + dot(&l.w2[i * D], 1, a);
     }
 }
-// BI: dh = relu'(h) ⊙ W2ᵀ·dy, dx = dy + W1ᵀ·dh. Reads the weights, writes no weight gradient.
-void layer_backward_input(float* dx, float* dh, const float* dy, const float* h, const Layer& l) {
-    for (int b = 0; b < B; b++, dx += D, dh += D, dy += D, h += D) {
-        for (int j = 0; j < D; j++) dh[j] = h[j] > 0 ? dot(&l.w2[j], D, dy) : 0.0f;
+// BI: dh = (a > 0) ⊙ W2ᵀ·dy, dx = dy + W1ᵀ·dh. Reads the weights, writes no weight gradient.
+void layer_backward_input(float* dx, float* dh, const float* dy, const float* a, const Layer& l) {
+    for (int b = 0; b < B; b++, dx += D, dh += D, dy += D, a += D) {
+        for (int j = 0; j < D; j++) dh[j] = a[j] > 0 ? dot(&l.w2[j], D, dy) : 0.0f;
         for (int j = 0; j < D; j++) dx[j] = dy[j] + dot(&l.w1[j], D, dh);
     }
 }
-// BW: dW2 += dy·relu(h)ᵀ, dW1 += dh·xᵀ, row after row: the order of the sum is fixed.
-void layer_backward_weight(Layer& l, const float* dy, const float* dh, const float* x, const float* h) {
-    for (int b = 0; b < B; b++, dy += D, dh += D, x += D, h += D)
-        for (int i = 0; i < D; i++)
-            for (int j = 0; j < D; j++) l.dw2[i * D + j] += dy[i] * std::max(h[j], 0.0f), l.dw1[i * D + j] += dh[i] * x[j];
+// BW, one weight at a time: dW += Σ_b u_b·v_bᵀ, row after row, so the order of the sum is fixed.
+void add_outer(std::vector<float>& dw, const float* u, const float* v) {
+    for (int b = 0; b < B; b++, u += D, v += D)
+        for (int i = 0; i < D * D; i++) dw[i] += u[i / D] * v[i % D];
 }
 
-// ---- the Stage: layers [begin, end). V = 1 here, so chunk is always 0 (with V > 1, key the
+// ---- the Stage: layers [first, last). V = 1 here, so chunk is always 0 (with V > 1, key the
 // stash by (micro-batch, chunk) and give each chunk its own layers) ---------------------------
 class MlpStage : public pp::Stage {
  public:
-    MlpStage(std::vector<Layer>& layers, int begin, int end, int M) : layers_(layers), begin_(begin), n_(end - begin), M_(M) {}
+    MlpStage(std::vector<Layer>& layers, int first, int last)
+        : layer_(&layers[first]), n_(last - first), first_(first == 0), last_(last == L) {}
     double loss = 0;  // last stage: the sum of squared errors of the micro-batches seen
 
     pp::Buffer input_buffer(pp::Op op, int mb, int) override {  // receive straight into the stash
@@ -76,14 +70,14 @@ class MlpStage : public pp::Stage {
     }
     pp::Buffer forward(int mb, int) override {
         Stash& s = stash(mb);
-        if (begin_ == 0) for (int k = 0; k < B * D; k++) s.x[0][k] = input_at(mb, k);
+        if (first_) for (int k = 0; k < B * D; k++) s.x[0][k] = input_at(mb, k);
         for (int l = 0; l < n_; l++)
-            layer_forward(l + 1 < n_ ? s.x[l + 1].data() : out_.data(), s.h[l].data(), s.x[l].data(), layer(l));
-        if (begin_ + n_ < L) return buffer(out_);
+            layer_forward(l + 1 < n_ ? &s.x[l + 1][0] : &out_[0], &s.a[l][0], &s.x[l][0], layer_[l]);
+        if (!last_) return buffer(out_);
         for (int k = 0; k < B * D; k++) {  // loss = Σ (y - t)² / (M·B·D); its gradient starts the backward
             float e = out_[k] - target_at(mb, k);
             loss += double(e) * e;
-            s.dy[n_ - 1][k] = 2 * e / float(M_ * B * D);
+            s.dy[n_ - 1][k] = 2 * e / float(M * B * D);
         }
         return {};
     }
@@ -95,29 +89,29 @@ class MlpStage : public pp::Stage {
     pp::Buffer backward_input(int mb, int) override {
         Stash& s = stash(mb);
         for (int l = n_ - 1; l >= 0; l--)
-            layer_backward_input(l > 0 ? s.dy[l - 1].data() : out_.data(), s.dh[l].data(), s.dy[l].data(), s.h[l].data(),
-                                 layer(l));
-        return begin_ > 0 ? buffer(out_) : pp::Buffer{};
+            layer_backward_input(l > 0 ? &s.dy[l - 1][0] : &out_[0], &s.dh[l][0], &s.dy[l][0], &s.a[l][0],
+                                 layer_[l]);
+        return first_ ? pp::Buffer{} : buffer(out_);
     }
-    void backward_weight(int mb, int) override {
+    void backward_weight(int mb, int) override {  // dW2 += dy·aᵀ, dW1 += dh·xᵀ
         Stash& s = stash(mb);
-        for (int l = n_ - 1; l >= 0; l--)
-            layer_backward_weight(layer(l), s.dy[l].data(), s.dh[l].data(), s.x[l].data(), s.h[l].data());
+        for (int l = n_ - 1; l >= 0; l--) {
+            add_outer(layer_[l].dw2, &s.dy[l][0], &s.a[l][0]);
+            add_outer(layer_[l].dw1, &s.dh[l][0], &s.x[l][0]);
+        }
         stash_.erase(mb);  // the micro-batch is done here: free its activations
     }
 
  private:
-    struct Stash { std::vector<std::vector<float>> x, h, dy, dh; };  // per layer: input, W1·x, their gradients
-    Stash& stash(int mb) {
-        auto [it, fresh] = stash_.try_emplace(mb);
-        for (auto* v : {&it->second.x, &it->second.h, &it->second.dy, &it->second.dh})
-            if (fresh) v->assign(n_, std::vector<float>(B * D));
-        return it->second;
-    }
-    Layer& layer(int l) { return layers_[begin_ + l]; }
+    struct Stash {  // per layer: its input x, a = relu(W1·x), the gradients of its output (dy), of W1·x (dh)
+        explicit Stash(int n) : x(n, std::vector<float>(B * D)), a(x), dy(x), dh(x) {}
+        std::vector<std::vector<float>> x, a, dy, dh;
+    };
+    Stash& stash(int mb) { return stash_.try_emplace(mb, n_).first->second; }
     static pp::Buffer buffer(std::vector<float>& v) { return {v.data(), v.size() * sizeof(float)}; }
-    std::vector<Layer>& layers_;
-    int begin_, n_, M_;
+    Layer* layer_;       // this stage's first layer
+    int n_;              // its number of layers
+    bool first_, last_;  // the first stage makes the inputs, the last one the loss
     std::map<int, Stash> stash_;
     // What the last F or BI sends. One buffer is enough: the executor sends it before this rank's
     // next action starts (the rule above Stage::forward in pipeline.hpp).
@@ -125,13 +119,14 @@ class MlpStage : public pp::Stage {
 };
 
 // ---- the Comm: mailboxes between threads, one mutex and one condition variable for all --------
+using Message = std::pair<int, std::vector<char>>;  // (tag, bytes)
 struct World {
-    explicit World(int n) : size(n), boxes(size_t(n) * n) {}
-    int size, arrived = 0, round = 0;                                  // the barrier counts arrivals per round
+    explicit World(int ranks) : size(ranks) {}
+    int size;
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<std::deque<std::pair<int, std::vector<char>>>> boxes;  // [src * size + dst]: FIFO of (tag, bytes)
-    std::string aborted;                                               // why, once a rank has failed
+    std::map<std::pair<int, int>, std::deque<Message>> boxes;  // (src, dst): a FIFO
+    std::string aborted;                                       // why, once a rank has failed
 };
 class MailboxComm : public pp::Comm {
  public:
@@ -141,29 +136,31 @@ class MailboxComm : public pp::Comm {
     void send(const void* data, std::size_t bytes, int peer, int tag) override {  // buffered: returns at once
         std::lock_guard<std::mutex> lock(w_.mu);
         const char* p = static_cast<const char*>(data);
-        w_.boxes[size_t(rank_) * w_.size + peer].push_back({tag, std::vector<char>(p, p + bytes)});
+        w_.boxes[{rank_, peer}].push_back({tag, std::vector<char>(p, p + bytes)});
         w_.cv.notify_all();
     }
-    void recv(void* data, std::size_t bytes, int peer, int tag) override {
+    void recv(void* data, std::size_t bytes, int peer, int tag) override {  // waits 10 s at most
         std::unique_lock<std::mutex> lock(w_.mu);
-        auto& box = w_.boxes[size_t(peer) * w_.size + rank_];
-        wait(lock, [&] { return !box.empty(); }, "recv from rank " + std::to_string(peer));
-        if (box.front().first != tag || box.front().second.size() != bytes)  // the ranks disagree on the order
-            throw std::runtime_error("recv from rank " + std::to_string(peer) + ": not the tag or size expected");
-        std::memcpy(data, box.front().second.data(), bytes);
+        std::deque<Message>& box = w_.boxes[{peer, rank_}];
+        auto ready = [&] { return !w_.aborted.empty() || !box.empty(); };
+        bool ok = w_.cv.wait_for(lock, std::chrono::seconds(10), ready);
+        std::string what = "rank " + std::to_string(rank_) + ": recv from rank " + std::to_string(peer);
+        if (!w_.aborted.empty()) throw std::runtime_error("aborted: " + w_.aborted);
+        if (!ok) throw std::runtime_error(what + " timed out after 10 s");
+        if (box.front().first != tag || box.front().second.size() != bytes)  // the ranks disagree on an order
+            throw std::runtime_error(what + ": not the tag or size expected");
+        std::copy(box.front().second.begin(), box.front().second.end(), static_cast<char*>(data));
         box.pop_front();
     }
     void group(const std::vector<pp::P2POp>& ops) override {  // sends never block, so they go first
         for (const pp::P2POp& op : ops) if (op.send) send(op.data, op.bytes, op.peer, op.tag);
         for (const pp::P2POp& op : ops) if (!op.send) recv(op.data, op.bytes, op.peer, op.tag);
     }
-    void allreduce_sum(float* x, std::size_t n, const std::vector<int>& ranks) override { reduce(x, n, ranks); }
-    void allreduce_sum(double* x, std::size_t n, const std::vector<int>& ranks) override { reduce(x, n, ranks); }
-    void barrier() override {
-        std::unique_lock<std::mutex> lock(w_.mu);
-        int round = w_.round;
-        if (++w_.arrived == w_.size) w_.arrived = 0, w_.round++, w_.cv.notify_all();
-        else wait(lock, [&] { return w_.round != round; }, "barrier");
+    void allreduce_sum(float* x, size_t n, const std::vector<int>& ranks) override { reduce(x, n, ranks); }
+    void allreduce_sum(double* x, size_t n, const std::vector<int>& ranks) override { reduce(x, n, ranks); }
+    void barrier() override {  // "here" to every other rank, then wait for theirs (tag -2: not a pipeline's)
+        for (int r = 0; r < w_.size; r++) if (r != rank_) send(nullptr, 0, r, -2);
+        for (int r = 0; r < w_.size; r++) if (r != rank_) recv(nullptr, 0, r, -2);
     }
     void abort(const std::string& why) override {
         std::lock_guard<std::mutex> lock(w_.mu);
@@ -172,43 +169,28 @@ class MailboxComm : public pp::Comm {
     }
 
  private:
-    template <class Ready> void wait(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what) {
-        bool ok = w_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return !w_.aborted.empty() || ready(); });
-        if (!w_.aborted.empty()) throw std::runtime_error("aborted: " + w_.aborted);
-        if (!ok) throw std::runtime_error("rank " + std::to_string(rank_) + ": " + what + " timed out after 10 s");
-    }
-    // Every rank sends its part to the others, then all add the parts in the order of `ranks`.
+    // Every rank sends its part to the others, then all add the parts in the order of `ranks` (tag -1).
     template <class T> void reduce(T* x, std::size_t n, const std::vector<int>& ranks) {
-        for (int r : ranks) if (r != rank_) send(x, n * sizeof(T), r, -1);  // tag -1: pipeline tags are >= 0
-        std::vector<T> sum(x, x + n), part(x, x + n);
+        for (int r : ranks) if (r != rank_) send(x, n * sizeof(T), r, -1);
+        std::vector<T> mine(x, x + n), part = mine;
         for (size_t k = 0; k < ranks.size(); k++) {
             if (ranks[k] != rank_) recv(part.data(), n * sizeof(T), ranks[k], -1);
-            else part.assign(x, x + n);
-            for (size_t i = 0; i < n; i++) sum[i] = k == 0 ? part[i] : sum[i] + part[i];
+            else part = mine;
+            for (size_t i = 0; i < n; i++) x[i] = k == 0 ? part[i] : x[i] + part[i];
         }
-        std::copy(sum.begin(), sum.end(), x);
     }
     World& w_;
     int rank_;
 };
 
-// ---- one step, on one thread and on P ------------------------------------------------------
+// ---- one step on P threads, and how it compares with one thread ----------------------------
 struct Result { std::vector<Layer> layers = make_layers(); double loss = 0; std::vector<pp::Event> events; };
 
-Result run_one_thread(int M) {  // the reference: one stage holding every layer, micro-batches in order
-    Result res;
-    MlpStage all(res.layers, 0, L, M);
-    for (int mb = 0; mb < M; mb++) all.forward(mb, 0), all.backward(mb, 0);
-    res.loss = all.loss / (M * B * D);
-    return res;
-}
-
-Result run_pipeline(const pp::Schedule& schedule, int M) {  // one thread per rank
-    int P = int(schedule.size());
+Result run_pipeline(const pp::Schedule& schedule) {  // one thread per rank
     Result res;
     World world(P);
-    std::vector<int> ranks(P);
-    std::iota(ranks.begin(), ranks.end(), 0);
+    std::vector<int> ranks;  // pipeline rank r is Comm rank r
+    for (int r = 0; r < P; r++) ranks.push_back(r);
     std::vector<std::vector<pp::Event>> events(P);
     std::vector<std::string> errors(P);
     std::vector<std::thread> threads;
@@ -216,7 +198,7 @@ Result run_pipeline(const pp::Schedule& schedule, int M) {  // one thread per ra
         threads.emplace_back([&, r] {
             try {
                 MailboxComm comm(world, r);
-                MlpStage stage(res.layers, r * L / P, (r + 1) * L / P, M);  // ranks touch disjoint layers
+                MlpStage stage(res.layers, r * L / P, (r + 1) * L / P);  // ranks touch disjoint layers
                 pp::Pipeline pipe(schedule, 1, stage, comm, r, ranks);
                 comm.barrier();  // start the clocks together
                 pipe.run_step();
@@ -226,8 +208,11 @@ Result run_pipeline(const pp::Schedule& schedule, int M) {  // one thread per ra
             } catch (const std::exception& e) { errors[r] = e.what(); }
         });
     for (std::thread& t : threads) t.join();
-    for (int r = 0; r < P; r++)
-        if (!errors[r].empty()) std::printf("rank %d failed: %s\n", r, errors[r].c_str()), std::exit(1);
+    for (int r = 0; r < P; r++) {
+        if (errors[r].empty()) continue;
+        std::printf("rank %d failed: %s\n", r, errors[r].c_str());
+        std::exit(1);
+    }
     for (const auto& e : events) res.events.insert(res.events.end(), e.begin(), e.end());
     return res;
 }
@@ -249,23 +234,27 @@ bool compare(const Result& got, const Result& want) {  // "<what>: bitwise equal
 }
 
 int main() {
-    const int P = 4, M = 8;
     std::printf("== step 1: the model on one thread, the reference ==\n");
-    Result reference = run_one_thread(M);
-    std::printf("%d layers y = x + W2·relu(W1·x), W1 W2 (%d, %d); M = %d micro-batches x (%d, %d); loss %.9f\n",
-                L, D, D, M, B, D, reference.loss);
-    std::printf("look at: here one MlpStage holds all %d layers; the pipeline gives each of %d threads %d.\n\n", L, P, L / P);
+    Result reference;
+    MlpStage all(reference.layers, 0, L);  // one stage holding every layer, in a plain loop
+    for (int mb = 0; mb < M; mb++) all.forward(mb, 0);
+    for (int mb = 0; mb < M; mb++) all.backward(mb, 0);
+    reference.loss = all.loss / (M * B * D);
+    std::printf("%d layers y = x + W2·relu(W1·x), W1 W2 (%d, %d); M = %d micro-batches x (%d, %d); loss %.9f\n"
+                "look at: here one MlpStage holds all %d layers; the pipeline gives each of %d threads %d.\n\n",
+                L, D, D, M, B, D, reference.loss, L, P, L / P);
 
     std::printf("== step 2: the schedules, plain data from pipeline.hpp ==\n");
     pp::Schedule one_f_one_b = pp::one_f_one_b(P, M), zb = pp::zero_bubble_h1(P, M);
     std::printf("1f1b:\n%szb-h1:\n%s", pp::to_string(one_f_one_b).c_str(), pp::to_string(zb).c_str());
-    std::printf("look at: zb-h1 is 1f1b with each B split into BI and BW, rank r's BWs delayed by r micro-batches.\n\n");
+    std::printf("look at: zb-h1 is 1f1b with each B split into BI and BW, rank r's BWs delayed by r "
+                "micro-batches.\n\n");
 
     bool ok = true;
     int step = 3;
     for (const auto& [name, schedule] : {std::pair{"1f1b", one_f_one_b}, std::pair{"zb-h1", zb}}) {
         std::printf("== step %d: %s on %d threads, against one thread ==\n", step++, name, P);
-        Result got = run_pipeline(schedule, M);
+        Result got = run_pipeline(schedule);
         ok &= compare(got, reference);
         std::printf("%s", pp::ascii_timeline(got.events, P, 100).c_str());
     }

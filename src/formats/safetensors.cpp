@@ -148,6 +148,13 @@ T load(const uint8_t* p) {
     return v;
 }
 
+// The tensor that to_f32 and to_i64 convert: `name` in f, or a one-line error naming the file.
+const TensorInfo& tensor_to_convert(const File& f, const std::string& name) {
+    const TensorInfo* t = f.find(name);
+    if (!t) fail(f.path, "no tensor '" + name + "'");
+    return *t;
+}
+
 }  // namespace
 
 size_t dtype_size(const std::string& dtype) {
@@ -223,13 +230,12 @@ const TensorInfo* File::find(const std::string& name) const {
 }
 
 std::vector<float> File::to_f32(const std::string& name) const {
-    const TensorInfo* t = find(name);
-    if (!t) fail(path, "no tensor '" + name + "'");
-    const uint8_t* p = data.data() + t->begin;
-    const std::string& dt = t->dtype;
+    const TensorInfo& t = tensor_to_convert(*this, name);
+    const uint8_t* p = data.data() + t.begin;
+    const std::string& dt = t.dtype;
     if (dt != "F32" && dt != "F16" && dt != "BF16" && dt != "F64")
         fail(path, "tensor '" + name + "' has dtype " + dt + ", expected F32, F64, F16 or BF16");
-    std::vector<float> out(size_t(t->numel()));
+    std::vector<float> out(size_t(t.numel()));
     if (dt == "F32" && !out.empty()) std::memcpy(out.data(), p, 4 * out.size());
     if (dt == "F16")
         for (size_t i = 0; i < out.size(); i++) out[i] = half_to_float(load<uint16_t>(p + 2 * i));
@@ -250,11 +256,10 @@ std::vector<float> File::to_f32(const std::string& name) const {
 }
 
 std::vector<int64_t> File::to_i64(const std::string& name) const {
-    const TensorInfo* t = find(name);
-    if (!t) fail(path, "no tensor '" + name + "'");
-    const uint8_t* p = data.data() + t->begin;
-    const std::string& dt = t->dtype;
-    std::vector<int64_t> out(size_t(t->numel()));
+    const TensorInfo& t = tensor_to_convert(*this, name);
+    const uint8_t* p = data.data() + t.begin;
+    const std::string& dt = t.dtype;
+    std::vector<int64_t> out(size_t(t.numel()));
     auto widen = [&](auto type_tag) {
         using T = decltype(type_tag);
         for (size_t i = 0; i < out.size(); i++) out[i] = int64_t(load<T>(p + sizeof(T) * i));

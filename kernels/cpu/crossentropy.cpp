@@ -1,12 +1,14 @@
 // kernels/cpu/crossentropy.cpp — softmax cross-entropy over the vocabulary, one row per token.
-// The log-sum-exp runs in float64: with V ~ 40k logits a float sum loses digits that the
-// "accumulation = big batch" property would notice.
+// The exps are float (exp32), their sum float64: with V ~ 40k logits a float sum loses digits that
+// the "accumulation = big batch" property would notice.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vecmath.hpp"
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ops {
 
@@ -23,12 +25,15 @@ void check_targets(const int32_t* targets, int N, int V, const char* fn) {
                                      std::to_string(V) + ") and is not ignore_index -100");
 }
 
-// Returns max and sum of exp(x - max) over one row of logits.
-void row_logsumexp_parts(const float* x, int V, double& maxv, double& sum) {
+// One row of logits x (V): e[i] = exp(x[i] - max) in float (exp32: the loop vectorises), their
+// sum in float64 in increasing i. Returns the sum; max goes to maxv.
+double row_exp(float* e, const float* x, int V, float& maxv) {
     maxv = x[0];
     for (int i = 1; i < V; i++) maxv = x[i] > maxv ? x[i] : maxv;
-    sum = 0.0;
-    for (int i = 0; i < V; i++) sum += std::exp(x[i] - maxv);
+    for (int i = 0; i < V; i++) e[i] = exp32(x[i] - maxv);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += e[i];
+    return sum;
 }
 
 }  // namespace
@@ -36,33 +41,34 @@ void row_logsumexp_parts(const float* x, int V, double& maxv, double& sum) {
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) {
     check_targets(targets, N, V, "crossentropy_forward");
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
+        std::vector<float> e(V);   // (V)
         for (int64_t n = n0; n < n1; n++) {
             if (targets[n] == kIgnoreIndex) {
                 losses[n] = 0.0f;
                 continue;
             }
             const float* x = logits + n * V;  // (V)
-            double maxv, sum;
-            row_logsumexp_parts(x, V, maxv, sum);
+            float maxv;
+            const double sum = row_exp(e.data(), x, V, maxv);
             losses[n] = (float)(maxv + std::log(sum) - x[targets[n]]);
         }
     });
 }
 
+// dlogits += scale * (softmax - onehot(target)), the softmax as e[i] * (1 / sum) in float.
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets,
                            float scale, int N, int V) {
     check_targets(targets, N, V, "crossentropy_backward");
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
+        std::vector<float> e(V);   // (V)
         for (int64_t n = n0; n < n1; n++) {
             if (targets[n] == kIgnoreIndex) continue;
             const float* x = logits + n * V;  // (V)
             float* dx = dlogits + n * V;
-            double maxv, sum;
-            row_logsumexp_parts(x, V, maxv, sum);
-            for (int i = 0; i < V; i++) {
-                const double prob = std::exp(x[i] - maxv) / sum;
-                dx[i] += (float)(scale * (prob - (i == targets[n] ? 1.0 : 0.0)));
-            }
+            float maxv;
+            const float inv = (float)(1.0 / row_exp(e.data(), x, V, maxv));
+            for (int i = 0; i < V; i++) dx[i] += scale * (e[i] * inv);
+            dx[targets[n]] -= scale;
         }
     });
 }

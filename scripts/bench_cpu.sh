@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# CPU benchmark against PyTorch and OpenBLAS, measured here, in one window, the two sides
+# alternating (prints, asserts nothing). Writes docs/cpu-bench.md (generated, never typed):
+#   1. GEMM: pipetrain's ops::gemm (pipetrain bench-gemm) against OpenBLAS's sgemm (through
+#      torch.mm), GFLOP/s at 1024^3 and at every GEMM shape of the `small` step, 1 and 2 threads;
+#   2. the train step: pipetrain train against scripts/bench_cpu_peer.py (plain PyTorch, the same
+#      shapes, AdamW), tok/s over the steady steps and peak resident memory;
+#   3. where pipetrain's step spends its time (PIPETRAIN_PROFILE=1).
+# The peer needs Debian's python3-torch (and OpenBLAS: libopenblas0-pthread, without which torch
+# uses the reference BLAS); both are installed here when apt can, and skipped, saying so, when not.
+#   scripts/bench_cpu.sh [--quick]     --quick: fewer steps and rounds (a smoke run, noisier)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = --quick ] && quick=1
+rounds=$((quick ? 1 : 3)); steps=$((quick ? 4 : 10)); seconds=$([ $quick = 1 ] && echo 0.2 || echo 0.6)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)" --target pipetrain >/dev/null
+pt=build/pipetrain
+peer=scripts/bench_cpu_peer.py
+
+have_peer() { /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; }
+openblas() { ls /usr/lib/*/openblas-pthread/libblas.so.3 /usr/lib/*/openblas*/libblas.so.3 >/dev/null 2>&1; }
+if ! have_peer || ! openblas; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bench_cpu: installing the peer (python3-torch python3-numpy libopenblas0-pthread) with apt"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch python3-numpy libopenblas0-pthread >/dev/null 2>&1 ||
+      echo "bench_cpu: apt-get install failed"
+  fi
+fi
+peer_ok=1
+have_peer || { peer_ok=0; echo "bench_cpu: no python3-torch here: the PyTorch columns are skipped"; }
+blas="OpenBLAS $(dpkg-query -W -f '${Version}' libopenblas0-pthread 2>/dev/null || echo '?')"
+openblas || blas="the reference BLAS (no OpenBLAS installed: torch's GEMM is slow, the ratios flatter pipetrain)"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+coretype=${OPENBLAS_CORETYPE:-}
+echo "machine: $(nproc) cores, $cpu; OPENBLAS_CORETYPE=${coretype:-(unset)}; peer BLAS: $blas"
+echo "pipetrain GEMM micro-kernel: $($pt bench-gemm --seconds 0.01 | awk 'NR == 2 { print $1 }')"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+best() { sort -g | tail -n 1; }   # the best of the rounds: noise only ever slows a run down
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }'; }
+
+# ---- 1. GEMM -----------------------------------------------------------------------------------
+# The small preset's linear layers with N = batch 16 x seq 128 = 2048 rows (model.cpp): forward
+# out = inp W^T (nt), backward-input dinp = dout W (nn), backward-weight dW = dout^T inp (tn).
+shapes="1024x1024x1024:nn,2048x256x256:nt,2048x1024x256:nt,2048x256x1024:nt,2048x256x256:nn,2048x256x1024:nn"
+shapes+=",2048x1024x256:nn,256x256x2048:tn,1024x256x2048:tn,256x1024x2048:tn"
+gemm_rows=""
+for threads in 1 2; do
+  for r in $(seq "$rounds"); do
+    $pt bench-gemm --shapes "$shapes" --threads $threads --seconds "$seconds" | tail -n +2 >>"$tmp/pt.$threads"
+    if [ $peer_ok = 1 ]; then
+      OPENBLAS_NUM_THREADS=$threads $peer gemm --shapes "$shapes" --threads $threads --seconds "$seconds" >>"$tmp/ob.$threads"
+      if [ -n "$coretype" ]; then   # OpenBLAS's own choice of kernel for this CPU, for comparison
+        env -u OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS=$threads $peer gemm --shapes "$shapes" --threads $threads \
+          --seconds "$seconds" >>"$tmp/own.$threads"
+      fi
+    fi
+  done
+  for s in ${shapes//,/ }; do
+    dims=${s%%:*}; fl=${s##*:}
+    M=${dims%%x*}; rest=${dims#*x}; N=${rest%%x*}; K=${rest#*x}
+    ta=$([ "${fl:0:1}" = t ] && echo 1 || echo 0); tb=$([ "${fl:1:1}" = t ] && echo 1 || echo 0)
+    p=$(awk -v M=$M -v N=$N -v K=$K -v a=$ta -v b=$tb '$2==M && $3==N && $4==K && $5==a && $6==b { print $7 }' "$tmp/pt.$threads" | best)
+    o=-; w=-
+    [ $peer_ok = 1 ] && o=$(awk -v M=$M -v N=$N -v K=$K -v a=$ta -v b=$tb '$1==M && $2==N && $3==K && $4==a && $5==b { print $6 }' "$tmp/ob.$threads" | best)
+    [ -f "$tmp/own.$threads" ] && w=$(awk -v M=$M -v N=$N -v K=$K -v a=$ta -v b=$tb '$1==M && $2==N && $3==K && $4==a && $5==b { print $6 }' "$tmp/own.$threads" | best)
+    row="| $threads | ${M}×${N}×${K} $fl | $p | $o | $(ratio "$p" "$o") |"
+    [ -n "$coretype" ] && row+=" $w | $(ratio "$p" "$w") |"
+    gemm_rows+="$row"$'\n'
+  done
+done
+gemm_head="| threads | M×N×K op(A)op(B) | pipetrain GFLOP/s | OpenBLAS GFLOP/s | ratio |"
+gemm_rule="|---:|---|---:|---:|---:|"
+if [ -n "$coretype" ]; then
+  gemm_head+=" OpenBLAS, own kernel choice | ratio |"
+  gemm_rule+="---:|---:|"
+fi
+printf '%s\n%s\n%s' "$gemm_head" "$gemm_rule" "$gemm_rows"
+
+# ---- 2. the train step -------------------------------------------------------------------------
+# tok/s of the steady steps: each step line gives the cumulative tok/s from the start, so step n
+# ended at n B T / tok_s(n); the steps after the second are timed (as the peer's are).
+steady() {   # $1 = log, $2 = B*T
+  grep '^step ' "$1" | sed -E 's|^step ([0-9]+)/[0-9]+ .*\| ([0-9.]+) tok/s.*|\1 \2|' |
+    awk -v bt="$2" '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.0f", (n - 2) * bt / (t - t2) }'
+}
+rss_mib() { awk '/Maximum resident/ { printf "%.0f", $NF / 1024 }' "$1"; }
+step_rows=""
+declare -A pt_best pt_rss torch_best torch_rss
+# name | preset | batch | seq | pipetrain flags | torch threads | torch extra flags
+configs=(
+  "small, 1 thread|small|16|128|--threads 1|1|"
+  "small, 2 threads|small|16|128|--threads 2|2|"
+  "small, 2-stage 1F1B pipeline, M = 8|small|16|128|--stages 2 --micro-batches 8 --schedule 1f1b|2|"
+  "tiny, 1 thread|tiny|16|128|--threads 1|1|"
+  "tiny, 2 threads|tiny|16|128|--threads 2|2|"
+  "ernie-3.0-nano-zh, 2 threads|ernie-3.0-nano-zh|16|128|--threads 2|2|"
+  "ernie-3.0-nano-zh, 2-stage 1F1B pipeline, M = 8|ernie-3.0-nano-zh|16|128|--stages 2 --micro-batches 8 --schedule 1f1b|2|"
+  "small, 1 thread; peer computes only the labelled positions' logits|small|16|128|--threads 1|1|--logits labelled"
+)
+for r in $(seq "$rounds"); do
+  for c in "${configs[@]}"; do
+    IFS='|' read -r name preset B T flags tthreads textra <<<"$c"
+    inputs="$tmp/inputs-$preset.safetensors"
+    [ -f "$inputs" ] || $peer inputs --preset "$preset" --batch "$B" --seq "$T" --out "$inputs"
+    # shellcheck disable=SC2086
+    /usr/bin/time -v $pt train --preset "$preset" --inputs "$inputs" --batch "$B" --seq "$T" --dropout 0 \
+      --steps $((steps + 2)) --out "$tmp/out" $flags >"$tmp/log" 2>"$tmp/time" || { cat "$tmp/log" "$tmp/time"; exit 1; }
+    v=$(steady "$tmp/log" $((B * T)))
+    [ "${pt_best[$name]:-0}" -lt "$v" ] && pt_best[$name]=$v
+    pt_rss[$name]=$(rss_mib "$tmp/time")
+    rm -rf "$tmp/out"
+    if [ $peer_ok = 1 ]; then
+      # shellcheck disable=SC2086
+      out=$(OPENBLAS_NUM_THREADS=$tthreads $peer train --preset "$preset" --inputs "$inputs" --threads "$tthreads" \
+        --steps "$steps" $textra)
+      v=$(awk '{ print $2 }' <<<"$out")
+      [ "${torch_best[$name]:-0}" -lt "$v" ] && torch_best[$name]=$v
+      torch_rss[$name]=$(awk '{ print $4 }' <<<"$out")
+    fi
+    echo "round $r: $name: pipetrain ${pt_best[$name]} tok/s, PyTorch ${torch_best[$name]:--} tok/s"
+  done
+done
+for c in "${configs[@]}"; do
+  IFS='|' read -r name preset B T flags tthreads textra <<<"$c"
+  p=${pt_best[$name]}; t=${torch_best[$name]:--}
+  step_rows+="| $name | $p | $t | $(ratio "$p" "$t") | ${pt_rss[$name]} | ${torch_rss[$name]:--} |"$'\n'
+done
+pipe_vs_threads=$(ratio "${pt_best[small, 2-stage 1F1B pipeline, M = 8]}" "${pt_best[small, 2 threads]}")
+step_head="| run (batch 16 × seq 128, MLM 15%, dropout 0) | pipetrain tok/s | PyTorch tok/s | ratio | pipetrain peak RSS MiB | PyTorch peak RSS MiB |"
+printf '\n%s\n|---|---:|---:|---:|---:|---:|\n%s' "$step_head" "$step_rows"
+echo "small: 2-stage pipeline against pipetrain's own --threads 2: $pipe_vs_threads"
+
+# ---- 3. where the step's time goes ---------------------------------------------------------------
+PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
+  --steps $((steps + 2)) --out "$tmp/out" --threads 1 >"$tmp/prof"
+profile=$(awk '/^op profile/ { on = 1; print; next } on && /^op / { print "| op | seconds | calls | share |"; print "|---|---:|---:|---:|"; next }
+               on && NF == 4 { printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$tmp/prof")
+echo "$profile"
+
+{
+  echo "# CPU benchmark (generated by scripts/bench_cpu.sh)"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores: $cpu, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
+  echo "OPENBLAS_CORETYPE=${coretype:-(unset)} (this environment's setting; it picks OpenBLAS's kernels). Peer BLAS: $blas."
+  echo "Best of $rounds alternating rounds per cell."
+  echo
+  echo "## GEMM"
+  echo
+  echo "pipetrain: ops::gemm with the micro-kernel the CPU dispatch picks ($($pt bench-gemm --seconds 0.01 | awk 'NR == 2 { print $1 }'));"
+  echo "every output one fma chain in k, the same bits as gemm_naive. OpenBLAS: sgemm through torch.mm,"
+  echo "OPENBLAS_NUM_THREADS = threads."
+  [ -n "$coretype" ] && echo "The last two columns run OpenBLAS without OPENBLAS_CORETYPE, so it picks its kernel for this CPU itself."
+  echo
+  printf '%s\n%s\n%s' "$gemm_head" "$gemm_rule" "$gemm_rows"
+  echo
+  echo "## Train step"
+  echo
+  echo "pipetrain train --inputs (a fixed batch) against scripts/bench_cpu_peer.py: a plain PyTorch"
+  echo "model of the same shape (post-LN blocks, exact GELU, tied MLM head, AdamW, clip 1.0), which"
+  echo "computes every position's logits as Hugging Face does, unless the row says otherwise. tok/s over"
+  echo "$steps steady steps (the first two are not timed); peak RSS of the whole process."
+  echo
+  printf '%s\n|---|---:|---:|---:|---:|---:|\n%s' "$step_head" "$step_rows"
+  echo
+  echo "small, the 2-stage pipeline against pipetrain's own --threads 2 run: **$pipe_vs_threads**."
+  echo
+  echo "## Where pipetrain's step spends its time"
+  echo
+  echo "small, 1 thread, $((steps + 2)) steps and the final evaluation, PIPETRAIN_PROFILE=1; the wall time also"
+  echo "holds start-up (model init, first touch of memory) and everything outside the ops."
+  echo
+  echo "$profile"
+} >docs/cpu-bench.md
+echo "table written to docs/cpu-bench.md"

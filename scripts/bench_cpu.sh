@@ -85,7 +85,7 @@ printf '%s\n%s\n%s' "$gemm_head" "$gemm_rule" "$gemm_rows"
 # tok/s of the steady steps: each step line gives the cumulative tok/s from the start, so step n
 # ended at n B T / tok_s(n); the steps after the second are timed (as the peer's are).
 steady() {   # $1 = log, $2 = B*T
-  grep '^step ' "$1" | sed -E 's|^step ([0-9]+)/[0-9]+ .*\| ([0-9.]+) tok/s.*|\1 \2|' |
+  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
     awk -v bt="$2" '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.0f", (n - 2) * bt / (t - t2) }'
 }
 rss_mib() { awk '/Maximum resident/ { printf "%.0f", $NF / 1024 }' "$1"; }

@@ -202,8 +202,8 @@ TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta
 }
 
 // Every micro-kernel this CPU runs (plain C++, AVX2 + FMA, AVX-512) against the naive loop, bit
-// for bit: shapes that cut every register and cache tile (MR 6/12, NR 16/32, KC 256, blocks of
-// 144 rows and 512 columns), every transpose, alpha/beta/bias, and beta = 0 over NaN garbage.
+// for bit: shapes that cut every register and cache tile (MR 6/14, NR 16/32, KC 256, blocks of
+// 168 rows and 512 columns), every transpose, alpha/beta/bias, and beta = 0 over NaN garbage.
 TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
     const int sizes[][3] = {{1, 1, 1}, {5, 15, 3}, {13, 33, 257}, {145, 17, 513}, {12, 32, 256},
                             {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}};

@@ -49,6 +49,35 @@ TEST_CASE("training on a fixed batch drives the loss down") {
     CHECK(l.back() < 0.3 * l.front());   // it memorizes the 3×16 batch
 }
 
+// The CPU GEMM's micro-kernels (PIPETRAIN_GEMM) and the intra-op thread count change speed only:
+// a whole training run ends in the same model bytes with each of them, on one stage and as a
+// 2-stage pipeline (whose bits are those of one stage with the same 3 micro-batches).
+TEST_CASE("training gives the same model bytes with every GEMM micro-kernel and thread count") {
+    const std::string flags = " train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") +
+                              " --steps 3 --dropout 0.1 --seed 3";
+    const char* groups[][3] = {{" --threads 1", " --threads 2", nullptr},
+                               {" --micro-batches 3", " --stages 2 --micro-batches 3", " --stages 3 --micro-batches 3 --threads 2"}};
+    for (auto& group : groups) {
+        std::string first, first_name;
+        for (const char* kernel : {"plain", "avx2", "avx512"})
+            for (int i = 0; i < 3 && group[i]; i++) {
+                std::string out = temp_dir(std::string("kernel-") + kernel);
+                Run r = run_command("PIPETRAIN_GEMM=" + std::string(kernel) + " " + PT_CLI + flags + " --out " + out + group[i]);
+                if (r.code != 0 && r.out.find("PIPETRAIN_GEMM: expected") != std::string::npos) {
+                    MESSAGE("skipped " << kernel << ": this CPU does not run it");
+                    break;
+                }
+                REQUIRE_MESSAGE(r.code == 0, r.out);
+                const std::string model = read_file(out + "/model.safetensors");
+                REQUIRE(!model.empty());
+                const std::string name = std::string(kernel) + group[i];
+                if (first.empty()) first = model, first_name = name;
+                INFO(name << " against " << first_name);
+                CHECK(model == first);
+            }
+    }
+}
+
 TEST_CASE("corpus training (causal) saves a model directory that reloads and scores bitwise the same") {
     std::string out = temp_dir("corpus");
     Run r = run_cli("train --preset tiny --data " + kSample + " --out " + out +

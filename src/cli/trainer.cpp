@@ -425,7 +425,7 @@ void make_rank(World& w, int rank) {
                         throw std::runtime_error(f->path + ": " + name + suffix + " holds " +
                                                  (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
                                                  (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
-                std::copy(x.begin(), x.end(), buf->vec().begin() + long(pi.offset));
+                std::copy(x.begin(), x.end(), buf->begin() + long(pi.offset));
             }
         }
 }

@@ -17,6 +17,15 @@ inline float bits_to_float(uint32_t u) {
     return f;
 }
 
+// The polynomial with these coefficients, highest degree first, at x by Horner's rule:
+// p = c_n, then p = fma(p, x, c_i) for i = n-1 .. 0 (one rounding a step).
+template <typename... C>
+inline float horner(float x, float highest, C... rest) {
+    float p = highest;
+    ((p = std::fma(p, x, rest)), ...);
+    return p;
+}
+
 // exp(x) = 2^k e^r, k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts, the
 // first with 9 zero low bits, so k ln2_hi is exact), e^r by a degree-6 polynomial, then 2^k as two
 // exact factors 2^k1 2^k2 (k in [-150, 128] has no single normal float). Overflow gives +inf and
@@ -29,46 +38,26 @@ inline float exp32(float x) {
     const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
     float r = std::fma(k, -0.693145752f, xc);
     r = std::fma(k, -1.42860677e-6f, r);
-    float p = 1.383683644e-03f;
-    p = std::fma(p, r, 8.374815807e-03f);
-    p = std::fma(p, r, 4.166822508e-02f);
-    p = std::fma(p, r, 1.666641980e-01f);
-    p = std::fma(p, r, 4.999999106e-01f);
-    p = std::fma(p, r, 1.0f);
-    p = std::fma(p, r, 1.0f);
+    const float p = horner(r, 1.383683644e-03f, 8.374815807e-03f, 4.166822508e-02f, 1.666641980e-01f,
+                           4.999999106e-01f, 1.0f, 1.0f);
     const int32_t k1 = int32_t(k) >> 1, k2 = int32_t(k) - k1;
     const float e = p * bits_to_float(uint32_t(k1 + 127) << 23) * bits_to_float(uint32_t(k2 + 127) << 23);
     return x != x ? x : e;
 }
 
-// erf(x): |x| < 1: x (2/sqrt(pi) + x^2 P(x^2)) (P of degree 6 in x^2); 1 <= |x| < 3.95: 1 - Q(|x| - 2.475), Q a degree-14
-// fit of erfc; beyond 3.95 erf rounds to 1 in float. The sign is x's. NaN stays NaN.
+// erf(x): |x| < 1: x (2/sqrt(pi) + x^2 P(x^2)), P of degree 6 in x^2; 1 <= |x| < 3.95:
+// 1 - Q(|x| - 2.475), Q a degree-14 fit of erfc; beyond 3.95 erf rounds to 1 in float. The sign is
+// x's. NaN stays NaN.
 inline float erf32(float x) {
     const float a = std::fabs(x), s = a * a;
-    float p = -9.684233191e-06f;   // erf(a) = a (2/sqrt(pi) + s P(s)), 2/sqrt(pi) in two parts
-    p = std::fma(p, s, 1.127302821e-04f);
-    p = std::fma(p, s, -8.485250291e-04f);
-    p = std::fma(p, s, 5.221131258e-03f);
-    p = std::fma(p, s, -2.686547674e-02f);
-    p = std::fma(p, s, 1.128378361e-01f);
-    p = std::fma(p, s, -3.761263788e-01f);
+    // erf(a) = a (2/sqrt(pi) + s P(s)), 2/sqrt(pi) in two parts
+    const float p = horner(s, -9.684233191e-06f, 1.127302821e-04f, -8.485250291e-04f, 5.221131258e-03f,
+                           -2.686547674e-02f, 1.128378361e-01f, -3.761263788e-01f);
     const float small = std::fma(a, 1.128379226e+00f, a * std::fma(p, s, -5.863538277e-08f));
-    const float u = a - 2.475f;
-    float q = -1.016013925e-06f;
-    q = std::fma(q, u, -2.699697177e-07f);
-    q = std::fma(q, u, 1.675024942e-05f);
-    q = std::fma(q, u, -2.193182627e-05f);
-    q = std::fma(q, u, -7.819193706e-05f);
-    q = std::fma(q, u, 2.887647715e-04f);
-    q = std::fma(q, u, -3.181550710e-04f);
-    q = std::fma(q, u, -5.005619023e-04f);
-    q = std::fma(q, u, 2.888075542e-03f);
-    q = std::fma(q, u, -6.536941510e-03f);
-    q = std::fma(q, u, 9.413667955e-03f);
-    q = std::fma(q, u, -9.252819233e-03f);
-    q = std::fma(q, u, 6.105264183e-03f);
-    q = std::fma(q, u, -2.466699341e-03f);
-    q = std::fma(q, u, 4.649467592e-04f);
+    const float q = horner(a - 2.475f, -1.016013925e-06f, -2.699697177e-07f, 1.675024942e-05f, -2.193182627e-05f,
+                           -7.819193706e-05f, 2.887647715e-04f, -3.181550710e-04f, -5.005619023e-04f,
+                           2.888075542e-03f, -6.536941510e-03f, 9.413667955e-03f, -9.252819233e-03f,
+                           6.105264183e-03f, -2.466699341e-03f, 4.649467592e-04f);
     const float large = a >= 3.95f ? 1.0f : 1.0f - q;
     return std::copysign(a < 1.0f ? small : large, x);
 }

@@ -203,7 +203,9 @@ const bool g_profiling = [] {
 struct OpClock {
     int id;
     std::chrono::steady_clock::time_point t0;
-    explicit OpClock(int op) : id(op), t0(g_profiling ? std::chrono::steady_clock::now() : t0) {}
+    explicit OpClock(int op) : id(op) {
+        if (g_profiling) t0 = std::chrono::steady_clock::now();
+    }
     ~OpClock() {
         if (!g_profiling) return;
         g_op_ns[id] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();

@@ -78,6 +78,28 @@ TEST_CASE("training gives the same model bytes with every GEMM micro-kernel and 
     }
 }
 
+// PIPETRAIN_PROFILE=1 adds the op table at the end (each op once, with its calls); without it, no
+// table. bench-gemm measures what it is given and names a bad --shapes item.
+TEST_CASE("PIPETRAIN_PROFILE prints the time per op; bench-gemm checks its shapes") {
+    const std::string flags = " train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") + " --steps 2";
+    Run plain = run_cli(flags + " --out " + temp_dir("noprofile"));
+    REQUIRE_MESSAGE(plain.code == 0, plain.out);
+    CHECK(plain.out.find("op profile") == std::string::npos);
+    Run r = run_command("PIPETRAIN_PROFILE=1 " + std::string(PT_CLI) + flags + " --out " + temp_dir("profile"));
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    REQUIRE(r.out.find("op profile (PIPETRAIN_PROFILE)") != std::string::npos);
+    for (const char* op : {"\ngemm ", "\nadamw_update ", "\nattention_forward_flash ", "\ncrossentropy_backward "}) {
+        INFO(op);
+        CHECK(r.out.find(op) != std::string::npos);
+    }
+    Run g = run_cli("bench-gemm --shapes 64x48x33:tn --seconds 0.01 --kernel all");
+    REQUIRE_MESSAGE(g.code == 0, g.out);
+    CHECK(g.out.find(" 64 48 33 1 0 ") != std::string::npos);
+    Run bad = run_cli("bench-gemm --shapes 64x48:nn");
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("--shapes: expected MxNxK:nn|nt|tn|tt items") != std::string::npos);
+}
+
 TEST_CASE("corpus training (causal) saves a model directory that reloads and scores bitwise the same") {
     std::string out = temp_dir("corpus");
     Run r = run_cli("train --preset tiny --data " + kSample + " --out " + out +

@@ -76,11 +76,12 @@ int run(const std::string& cmd, const std::vector<std::string>& args, const char
 
 // PIPETRAIN_PROFILE=1: the ops' wall time (every thread's calls added up), slowest first.
 void print_op_profile(double wall) {
+    const std::vector<pt::OpTime> ops = pt::op_profile();
     double sum = 0;
-    for (const pt::OpTime& t : pt::op_profile()) sum += t.seconds;
+    for (const pt::OpTime& t : ops) sum += t.seconds;
     std::printf("op profile (PIPETRAIN_PROFILE): %.3f s in ops, %.3f s wall (all threads' op time added up)\n", sum, wall);
     std::printf("%-28s %10s %9s %7s\n", "op", "seconds", "calls", "share");
-    for (const pt::OpTime& t : pt::op_profile())
+    for (const pt::OpTime& t : ops)
         std::printf("%-28s %10.3f %9lld %6.1f%%\n", t.name, t.seconds, t.calls, 100 * t.seconds / std::max(sum, 1e-12));
 }
 

@@ -132,10 +132,8 @@ const Kernel& kernel_of(GemmKernel k) {
 }
 
 GemmKernel best_kernel() {
-#ifdef PT_X86
-    if (__builtin_cpu_supports("avx512f")) return GemmKernel::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmKernel::avx2;
-#endif
+    for (GemmKernel k : {GemmKernel::avx512, GemmKernel::avx2})
+        if (gemm_kernel_runs(k)) return k;
     return GemmKernel::plain;
 }
 

@@ -39,20 +39,47 @@ namespace pp {
 // waits for). BW: backward for the weight gradient only (nobody waits for it; it can be delayed).
 enum class Op { F, B, BI, BW };
 
-// One step of one rank: run `op` for `microbatch` on this rank's model chunk `chunk`.
-// With V chunks per rank, chunk c on rank r is virtual stage s = c*P + r (Megatron's layout), so
-// the model has S = P*V virtual stages and consecutive stages sit on consecutive ranks.
+// One step of one rank: run `op` for `microbatch` on this rank's model chunk `chunk`. The model
+// has S = P*V virtual stages; which rank and chunk hold stage s is the schedule's placement.
 struct Action {
     Op op;
     int microbatch;
     int chunk = 0;
+    // DualPipe's F&B: this backward overlaps the forward just before it. The executor runs the two
+    // one after the other; the simulator can charge the pair either F + B or max(F, B).
+    bool overlapped = false;
 };
 inline bool operator==(const Action& a, const Action& b) {
-    return a.op == b.op && a.microbatch == b.microbatch && a.chunk == b.chunk;
+    return a.op == b.op && a.microbatch == b.microbatch && a.chunk == b.chunk && a.overlapped == b.overlapped;
 }
 inline bool operator!=(const Action& a, const Action& b) { return !(a == b); }
 
-using Schedule = std::vector<std::vector<Action>>;  // one list of actions per pipeline rank
+// Where the virtual stages live. loop (Megatron): chunk c of rank r is stage c*P + r, so a
+// micro-batch goes round the ranks V times. vee: odd chunks run back, chunk c of rank r is stage
+// c*P + P-1-r; with V = 2 rank r holds stages r and 2P-1-r, the first and the last stage share
+// rank 0 (so does the tied embedding), and the turn at rank P-1 never leaves the rank (ZB-V,
+// DualPipeV).
+enum class Placement { loop, vee };
+
+struct Layout {
+    int P = 1, V = 1;
+    Placement placement = Placement::loop;
+    bool turned(int chunk) const { return placement == Placement::vee && chunk % 2 == 1; }
+    int stage(int rank, int chunk) const { return chunk * P + (turned(chunk) ? P - 1 - rank : rank); }
+    int rank(int stage) const { return turned(stage / P) ? P - 1 - stage % P : stage % P; }
+    int chunk(int stage) const { return stage / P; }
+};
+
+// One list of actions per pipeline rank, and the placement they assume.
+struct Schedule : std::vector<std::vector<Action>> {
+    using std::vector<std::vector<Action>>::vector;
+    Placement placement = Placement::loop;
+};
+inline bool operator==(const Schedule& a, const Schedule& b) {
+    using Lists = std::vector<std::vector<Action>>;
+    return a.placement == b.placement && static_cast<const Lists&>(a) == static_cast<const Lists&>(b);
+}
+inline bool operator!=(const Schedule& a, const Schedule& b) { return !(a == b); }
 
 inline const char* op_name(Op op) {
     switch (op) {
@@ -207,6 +234,186 @@ inline Schedule zero_bubble_h1(int P, int M) {
     return schedule;
 }
 
+// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"; PyTorch's
+// ScheduleLoopedBFS): the loop placement, and GPipe's order one chunk at a time. Phase forward:
+// every micro-batch through chunk 0, then through chunk 1, ...; phase backward: the chunks in
+// reverse. PyTorch also reverses the micro-batches of each backward; we keep them increasing (one
+// device's order), which the simulator says costs nothing. With costs per chunk and M >= P the
+// bubble is interleaved 1F1B's (P-1)/(V*M+P-1), but every rank stashes all V*M (micro-batch,
+// chunk) pairs, as in GPipe. Rank P-1 finishes chunk c long before rank 0 takes its outputs for
+// chunk c+1, which only late sends allow (see the communication policy).
+inline Schedule looped_bfs(int P, int M, int V) {
+    detail::check_sizes("looped_bfs", P, M, V);
+    Schedule schedule(P);
+    for (std::vector<Action>& actions : schedule) {
+        for (int c = 0; c < V; c++)  // Forward
+            for (int mb = 0; mb < M; mb++) actions.push_back({Op::F, mb, c});
+        for (int c = V - 1; c >= 0; c--)  // Backward
+            for (int mb = 0; mb < M; mb++) actions.push_back({Op::B, mb, c});
+    }
+    return schedule;
+}
+
+namespace detail {
+// A zero-bubble version of a schedule: each B becomes BI, and its BW follows `delay[rank]`
+// backwards later (each chunk's BWs keep the order of its BIs); what is left fills the tail.
+inline Schedule split_backward(Schedule schedule, const std::vector<int>& delay) {
+    for (size_t rank = 0; rank < schedule.size(); rank++) {
+        std::vector<Action> out, pending;
+        for (const Action& a : schedule[rank]) {
+            if (a.op != Op::B) {
+                out.push_back(a);
+                continue;
+            }
+            out.push_back({Op::BI, a.microbatch, a.chunk, a.overlapped});
+            pending.push_back({Op::BW, a.microbatch, a.chunk});
+            if (int(pending.size()) > delay[rank]) {
+                out.push_back(pending.front());
+                pending.erase(pending.begin());
+            }
+        }
+        out.insert(out.end(), pending.begin(), pending.end());
+        schedule[rank] = out;
+    }
+    return schedule;
+}
+}  // namespace detail
+
+// Interleaved zero bubble (ZB1P on virtual stages; PyTorch's ScheduleInterleavedZeroBubble):
+// Megatron's interleaved order with each B split into BI and BW, and rank r's BWs delayed by r
+// backwards, as in ZB-H1, so they fill the bubbles of the warm-up and of the tail. With costs per
+// chunk F = BI = BW and M >= 2P each rank idles P-1 units of 3VM: bubble (P-1)/(3VM+P-1), a
+// third of interleaved 1F1B's, with its peak stashes. (M = P leaves fewer BWs to fill with.)
+// V = 1 is ZB-H1.
+inline Schedule interleaved_zero_bubble(int P, int M, int V) {
+    std::vector<int> delay(P);
+    for (int r = 0; r < P; r++) delay[r] = r;
+    return detail::split_backward(interleaved(P, M, V), delay);
+}
+
+// ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", §2.2): rank r warms up with
+// 2(P-r)-1 forwards instead of 1F1B's P-r-1, which fills the time until its first BI arrives,
+// then runs BI, F, BW in turn with its BWs 2r backwards behind (the last ranks' BIs run early, so
+// the tail's chain of BIs reaches rank 0 sooner) and the delayed BWs fill the tail. Every rank
+// holds min(M, 2P) stashes: twice 1F1B's peak (P on rank 0). With M >= 2P each rank idles only
+// (P-1)·F, the fill of the pipeline, for F = BI = BW and also when BI > BW (ZB-H1 idles
+// (P-1)(F+BI-BW)): bubble = (P-1)F / (M(F+BI+BW) + (P-1)F). The paper's "zero" also removes the
+// fill by overlapping a step with the next one, which our steps (ending in the optimizer) do not.
+inline Schedule zero_bubble_h2(int P, int M) {
+    detail::check_sizes("zero_bubble_h2", P, M);
+    Schedule schedule(P);
+    for (int rank = 0; rank < P; rank++) {
+        std::vector<Action>& actions = schedule[rank];
+        int num_warmup_microbatches = std::min(2 * (P - rank) - 1, M);
+        int num_weight_delay = 2 * rank;  // BI(i) is followed by BW(i - 2 rank)
+        int next_bw = 0;
+        // Warmup
+        for (int i = 0; i < num_warmup_microbatches; i++) actions.push_back({Op::F, i});
+        // Steady state, then the cooldown once the forwards run out
+        for (int i = 0; i < M; i++) {
+            actions.push_back({Op::BI, i});
+            if (num_warmup_microbatches + i < M) actions.push_back({Op::F, num_warmup_microbatches + i});
+            if (i >= num_weight_delay) actions.push_back({Op::BW, next_bw++});
+        }
+        while (next_bw < M) actions.push_back({Op::BW, next_bw++});
+    }
+    return schedule;
+}
+
+// ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"; PyTorch's
+// ScheduleZBVZeroBubble): the V placement, rank r holding chunk 0 = stage r and chunk 1 = stage
+// 2P-1-r (the loss, on rank 0). A micro-batch goes down the ranks and back up, so rank 0 does
+// not wait for the far end of the pipeline before its first backward. With costs per chunk
+// F = BI = BW and M >= P, each rank idles (P-1) + max(0, 2P-2-M) units of 6M: zero bubble beyond
+// the fill once M >= 2P-2. Rank r holds min(2P, M+1+r, 2M) (micro-batch, chunk) stashes: with
+// M >= 2P, 2P half-stages on every rank, the activations of 1F1B's rank 0.
+// For M < 2P-1 PyTorch plans 2P-1 micro-batches and drops the extra ones; we skip them as we go.
+inline Schedule zbv(int P, int M) {
+    detail::check_sizes("zbv", P, M);
+    Schedule schedule(P);
+    schedule.placement = Placement::vee;
+    for (int rank = 0; rank < P; rank++) {
+        std::vector<Action>& actions = schedule[rank];
+        int f[2] = {0, 0}, bi[2] = {0, 0}, bw[2] = {0, 0};  // next micro-batch of each kind, per chunk
+        auto F = [&](int c) { if (f[c] < M && (c == 0 || f[1] < f[0])) actions.push_back({Op::F, f[c]++, c}); };
+        auto BI = [&](int c) { if (bi[c] < f[c]) actions.push_back({Op::BI, bi[c]++, c}); };
+        auto BW = [&](int c) { if (bw[c] < bi[c]) actions.push_back({Op::BW, bw[c]++, c}); };
+        // Warmup: chunk 0 runs ahead by the stages between it and its own chunk 1, then the two
+        // alternate, then each chunk-1 forward is followed by its backward.
+        for (int i = 0; i < 2 * (P - rank) - 1; i++) F(0);
+        for (int i = 0; i < rank; i++) F(1), F(0);
+        for (int i = 0; i < P - rank; i++) F(1), BI(1), BW(1);
+        // Steady state: F, BI, BW of chunk 0, then of chunk 1.
+        while (f[0] < M || f[1] < M) F(0), BI(0), BW(0), F(1), BI(1), BW(1);
+        // Cooldown: the BIs first, BWs where they leave room, the rest at the end.
+        for (int i = 0; i < rank; i++) BI(0), BI(1);
+        for (int i = 0; i < P - rank; i++) BI(0), BW(0);
+        while (bi[0] < M || bi[1] < M) BI(0), BI(1);
+        while (bw[1] < M) BW(1);
+        while (bw[0] < M) BW(0);
+    }
+    return schedule;
+}
+
+// DualPipeV (DeepSeek-V3 report 2024, DualPipe's "cut-in-half" V version; PyTorch's
+// ScheduleDualPipeV): the V placement with DualPipe's eight steps. Micro-batches enter chunk 0
+// on rank 0 and, after the turn at rank P-1, chunk 1 runs them back; in the main step every rank
+// pairs a forward of one chunk with a backward of the other (F&B, `overlapped`), which on a GPU
+// hides one's communication behind the other's compute. The executor runs a pair one after the
+// other; simulate charges it F + B, or max(F, B) with Costs::overlap. Backwards are full B except
+// in steps 3, 6 and 7, where BI's BWs wait in a queue (DualPipe's WeightGradStore) and run in its
+// order; each chunk then still sees its weight gradients in micro-batch order, so DualPipe's order
+// needs no change here. Needs M >= 2P. With costs per chunk F = BI = BW each rank holds at most
+// 2P+1 stashes and idles 2(P-1) units of 6M run one after the other, twice ZB-V; overlapped, the
+// step takes 4M + 3P units instead of ZB-V's 6M + P - 1.
+inline Schedule dualpipev(int P, int M) {
+    detail::check_sizes("dualpipev", P, M);
+    if (M < 2 * P)
+        throw std::invalid_argument("dualpipev: DualPipeV needs at least 2P micro-batches (M=" + std::to_string(M) +
+                                    ", P=" + std::to_string(P) + ")");
+    Schedule schedule(P);
+    schedule.placement = Placement::vee;
+    for (int rank = 0; rank < P; rank++) {
+        std::vector<Action>& actions = schedule[rank];
+        int f[2] = {0, 0}, b[2] = {0, 0};  // next micro-batch of each chunk
+        std::vector<Action> weights;       // BWs waiting, in the order of their BIs
+        auto F = [&](int c) { actions.push_back({Op::F, f[c]++, c}); };
+        auto B = [&](int c, bool zero_bubble, bool overlapped = false) {
+            if (!zero_bubble) return actions.push_back({Op::B, b[c]++, c, overlapped});
+            actions.push_back({Op::BI, b[c], c, overlapped});
+            weights.push_back({Op::BW, b[c]++, c});
+        };
+        auto W = [&] { actions.push_back(weights.front()), weights.erase(weights.begin()); };
+        int after = P - rank - 1;  // ranks after this one
+        // 1. nF0: chunk 0 runs ahead
+        for (int i = 0; i < 2 * after; i++) F(0);
+        // 2. nF0F1
+        for (int i = 0; i <= rank; i++) F(0), F(1);
+        // 3. nB1W1F1: zero bubble
+        for (int i = 0; i < after; i++) B(1, true), W(), F(1);
+        // 4. nF0B1F1B0, the main step (the last rank's first pair is not overlapped: a smaller bubble)
+        for (int i = 0; i < M - 2 * P + rank + 1; i++) {
+            F(0), B(1, false, !(i == 0 && rank == P - 1));
+            F(1), B(0, false, true);
+        }
+        // 5. nB1F1B0
+        for (int i = 0; i < after; i++) B(1, false), F(1), B(0, false, true);
+        // 6. nB1B0: from the middle on, zero bubble
+        bool zero_bubble = false;
+        for (int i = 0; i <= rank; i++) {
+            if (i == (rank + 1) / 2 && rank % 2 == 1) zero_bubble = true;
+            B(1, zero_bubble);
+            if (i == (rank + 1) / 2 && rank % 2 == 0) zero_bubble = true;
+            B(0, zero_bubble);
+        }
+        // 7. nWB0
+        for (int i = 0; i < after; i++) W(), B(0, true);
+        // 8. nW
+        while (!weights.empty()) W();
+    }
+    return schedule;
+}
+
 // ----------------------------------------------------------------------------------------------
 // Communication implied by a schedule
 // ----------------------------------------------------------------------------------------------
@@ -218,14 +425,21 @@ inline Schedule zero_bubble_h1(int P, int M) {
 // of a rank, the send of the action just finished and the receive needed by the next action are
 // posted as ONE group, like ncclGroupStart/End or Megatron's send_forward_recv_backward. A group
 // completes when each of its operations has met the peer's matching operation (unbuffered, NCCL
-// semantics); sends and receives between two ranks match in FIFO order. On one rank (P = 1) a
-// transfer is a copy: its receive is posted in the same group as its send.
-// One refinement for V > 1: a forward followed by a backward and then a forward again (a steady-
-// state pair of interleaved 1F1B) is one step, whose sends leave together after the backward and
-// whose receives are posted together before the forward (Megatron's
-// send_forward_backward_recv_forward_backward). Without it the chunks form a ring around the ranks
-// (rank P-1 feeds rank 0) and every rank can block in a send to its neighbour at once: validate
-// finds that deadlock in Megatron's order.
+// semantics); sends and receives between two ranks match in FIFO order. Between two chunks of one
+// rank (P = 1, or the V shape's turn) a transfer is a copy: its receive is posted with its send.
+// Two refinements:
+// - With the loop placement and V > 1, a forward followed by a backward and then a forward again
+//   (a steady-state pair of interleaved 1F1B) is one step, whose sends leave together after the
+//   backward and whose receives are posted together before the forward (Megatron's
+//   send_forward_backward_recv_forward_backward). So is an F&B pair (`overlapped`, DualPipe).
+// - A late send. If every rank is blocked (each waits in a group that another rank's group must
+//   meet first), the sends still unmatched move to their rank's next group: the sender computes on
+//   and its send leaves one action later, as often as needed. Looped BFS needs it: rank P-1 sends
+//   chunk 0's outputs to rank 0, which takes them only after all of its own chunk-0 forwards.
+//   The stage keeps such an output until the executor calls Stage::sent.
+// Without them the chunks of the loop form a ring around the ranks (rank P-1 feeds rank 0) and
+// every rank can block in a send to its neighbour at once. The plan is made once from the schedule
+// alone (below, in `run`), so every rank computes the same one, and validate proves it complete.
 
 // A tag names what a transfer carries: (gradient?, micro-batch, chunk of the receiving action),
 // the chunk in 7 bits: a rank holds at most kMaxChunks chunks (validate and --chunks check it).
@@ -259,27 +473,30 @@ struct CommOp {
     int tag;
 };
 
+inline bool operator==(const CommOp& a, const CommOp& b) { return a.send == b.send && a.peer == b.peer && a.tag == b.tag; }
+
 namespace detail {
 // The receive action `a` on `rank` needs before it runs; peer < 0 when none.
-inline CommOp input_of(const Action& a, int rank, int P, int V) {
-    int s = a.chunk * P + rank, S = P * V;
-    if (a.op == Op::F && s > 0) return {false, (s - 1) % P, transfer_tag(false, a.microbatch, a.chunk)};
+inline CommOp input_of(const Action& a, int rank, const Layout& at) {
+    int s = at.stage(rank, a.chunk), S = at.P * at.V;
+    if (a.op == Op::F && s > 0) return {false, at.rank(s - 1), transfer_tag(false, a.microbatch, a.chunk)};
     if ((a.op == Op::B || a.op == Op::BI) && s < S - 1)
-        return {false, (s + 1) % P, transfer_tag(true, a.microbatch, a.chunk)};
+        return {false, at.rank(s + 1), transfer_tag(true, a.microbatch, a.chunk)};
     return {false, -1, 0};
 }
 // The send `a` makes after it runs; peer < 0 when none.
-inline CommOp output_of(const Action& a, int rank, int P, int V) {
-    int s = a.chunk * P + rank, S = P * V;
-    if (a.op == Op::F && s < S - 1) return {true, (s + 1) % P, transfer_tag(false, a.microbatch, (s + 1) / P)};
+inline CommOp output_of(const Action& a, int rank, const Layout& at) {
+    int s = at.stage(rank, a.chunk), S = at.P * at.V;
+    if (a.op == Op::F && s < S - 1) return {true, at.rank(s + 1), transfer_tag(false, a.microbatch, at.chunk(s + 1))};
     if ((a.op == Op::B || a.op == Op::BI) && s > 0)
-        return {true, (s - 1) % P, transfer_tag(true, a.microbatch, (s - 1) / P)};
+        return {true, at.rank(s - 1), transfer_tag(true, a.microbatch, at.chunk(s - 1))};
     return {true, -1, 0};
 }
 // The groups a rank posts: plan[i] before action i, plan[n] after the last one. A step is one
-// action, or with V > 1 a forward directly followed by a backward (Megatron's interleaved pairs).
-// Before each step the rank posts the sends of the previous step and the receives of this one.
-inline std::vector<std::vector<CommOp>> comm_plan(const std::vector<Action>& actions, int rank, int P, int V) {
+// action, or with the loop placement and V > 1 a forward directly followed by a backward
+// (Megatron's interleaved pairs). Before each step the rank posts the sends of the previous step
+// and the receives of this one. (`run` below may move a send to a later group: see there.)
+inline std::vector<std::vector<CommOp>> comm_plan(const std::vector<Action>& actions, int rank, const Layout& at) {
     size_t n = actions.size();
     std::vector<std::vector<CommOp>> plan(n + 1);
     std::vector<CommOp> sends;  // of the previous step
@@ -287,13 +504,16 @@ inline std::vector<std::vector<CommOp>> comm_plan(const std::vector<Action>& act
         std::vector<CommOp>& group = plan[i];
         for (const CommOp& out : sends) {
             group.push_back(out);
-            if (out.peer == rank) group.push_back({false, rank, out.tag});  // P = 1: a local copy
+            if (out.peer == rank) group.push_back({false, rank, out.tag});  // within the rank: a local copy
         }
         sends.clear();
         if (i == n) break;
-        bool pair = V > 1 && i + 2 < n && actions[i].op == Op::F && actions[i + 1].op == Op::B && actions[i + 2].op == Op::F;
+        bool megatron = at.V > 1 && at.placement == Placement::loop && i + 2 < n && actions[i].op == Op::F &&
+                        (actions[i + 1].op == Op::B || actions[i + 1].op == Op::BI) &&
+                        std::any_of(actions.begin() + long(i) + 2, actions.end(), [](const Action& a) { return a.op == Op::F; });
+        bool pair = megatron || (i + 1 < n && actions[i].op == Op::F && actions[i + 1].overlapped);
         for (size_t j = i; j <= i + pair; j++) {
-            CommOp in = input_of(actions[j], rank, P, V), out = output_of(actions[j], rank, P, V);
+            CommOp in = input_of(actions[j], rank, at), out = output_of(actions[j], rank, at);
             if (in.peer >= 0 && in.peer != rank) group.push_back(in);
             if (out.peer >= 0) sends.push_back(out);
         }
@@ -324,6 +544,7 @@ struct Event {
 // Costs per action and per transfer, in any unit. B costs bi + bw.
 struct Costs {
     double f = 1, bi = 1, bw = 1, comm = 0;
+    bool overlap = false;  // an overlapped F&B pair (DualPipe) costs max(F, B) instead of F + B
 };
 
 struct SimResult {
@@ -383,7 +604,7 @@ inline void check_actions(const Schedule& schedule, int M, int V) {
 struct Sim {
     struct Posted { int tag; double time; };
     struct Rank {
-        std::vector<std::vector<CommOp>> plan;         // comm_plan: the group posted before each action
+        std::vector<std::vector<CommOp>> plan;         // the group posted before each action
         size_t pos = 0;                                // the next action
         bool posted = false, done = false;             // its group is posted; the rank has finished
         double post_time = 0;                          // when it posted that group (it is free from then)
@@ -391,8 +612,9 @@ struct Sim {
         std::vector<int> arrived;                      // tags received
     };
     Sim(const Schedule& schedule, int V)
-        : schedule(schedule), P(int(schedule.size())), V(V), sends(size_t(P) * P), recvs(size_t(P) * P), ranks(P) {
-        for (int r = 0; r < P; r++) ranks[r].plan = comm_plan(schedule[r], r, P, V);
+        : schedule(schedule), P(int(schedule.size())), V(V), at{P, V, schedule.placement}, sends(size_t(P) * P),
+          recvs(size_t(P) * P), ranks(P) {
+        for (int r = 0; r < P; r++) ranks[r].plan = comm_plan(schedule[r], r, at);
     }
     // What `op` of rank r must meet: the receives posted by its destination, or the sends by its source.
     std::vector<Posted>& peer_list(int r, const CommOp& op) {
@@ -400,11 +622,73 @@ struct Sim {
     }
     const Schedule& schedule;
     int P, V;
+    Layout at;
+    bool making = false, moved = false;  // plans are being made; a send was just moved later
     std::vector<std::vector<Posted>> sends, recvs;  // [src * P + dst]
     std::vector<Rank> ranks;
 };
 
-// Whether every operation of rank r's posted group has met its peer's; throws on a FIFO mismatch.
+// A late send (see the communication policy): rank r's sends to `peer` from FIFO index `from` on,
+// all in its posted group (the earlier ones are met), move to the front of its next group.
+// Returns false if there is none, or no next group.
+inline bool move_sends_later(Sim& s, int r, int peer, size_t from) {
+    Sim::Rank& me = s.ranks[r];
+    if (me.done || !me.posted || me.pos + 1 >= me.plan.size()) return false;
+    std::vector<CommOp> late;
+    for (size_t j = me.group.size(); j-- > 0;) {  // backwards: the last one posted is last in the list
+        auto [op, k] = me.group[j];
+        if (!op.send || op.peer != peer || k < from) continue;
+        s.sends[size_t(r) * s.P + peer].pop_back();
+        me.group.erase(me.group.begin() + long(j));
+        std::vector<CommOp>& now = me.plan[me.pos];
+        now.erase(std::find(now.begin(), now.end(), op));
+        late.insert(late.begin(), op);
+    }
+    std::vector<CommOp>& next = me.plan[me.pos + 1];
+    next.insert(next.begin(), late.begin(), late.end());
+    return !late.empty();
+}
+
+// A FIFO mismatch: the receiver wants `tag` from rank r at FIFO index `at`. If r's posted group
+// holds that send (to `peer`, from index `at` on), it goes first; false if it does not.
+inline bool send_first(Sim& s, int r, int peer, size_t at, int tag) {
+    Sim::Rank& me = s.ranks[r];
+    std::vector<size_t> slots;  // positions in the group (and in plan[pos]: the same order)
+    for (size_t j = 0; j < me.group.size(); j++)
+        if (me.group[j].first.send && me.group[j].first.peer == peer && me.group[j].second >= at) slots.push_back(j);
+    auto wanted = std::find_if(slots.begin(), slots.end(), [&](size_t j) { return me.group[j].first.tag == tag; });
+    if (wanted == slots.end()) return false;
+    std::vector<CommOp> order = {me.group[*wanted].first};
+    for (size_t j : slots)
+        if (j != *wanted) order.push_back(me.group[j].first);
+    for (size_t i = 0; i < slots.size(); i++) {
+        auto& [op, k] = me.group[slots[i]];
+        op = me.plan[me.pos][slots[i]] = order[i];
+        s.sends[size_t(r) * s.P + peer][k].tag = op.tag;
+    }
+    return true;
+}
+
+// Every rank is blocked: the unmatched sends of the rank that has waited longest (the earliest
+// posted group; ties: the lowest rank) leave later. Returns false when no rank has one: a deadlock.
+inline bool move_oldest_unmatched_sends(Sim& s) {
+    int late = -1;
+    for (int r = 0; r < s.P; r++) {
+        const Sim::Rank& me = s.ranks[r];
+        bool waits = false;
+        for (const auto& [op, k] : me.group) waits = waits || (op.send && s.peer_list(r, op).size() <= k);
+        if (!me.done && waits && me.pos + 1 < me.plan.size() && (late < 0 || me.post_time < s.ranks[late].post_time))
+            late = r;
+    }
+    bool moved = false;
+    for (int peer = 0; late >= 0 && peer < s.P; peer++)
+        moved = move_sends_later(s, late, peer, s.recvs[size_t(late) * s.P + peer].size()) || moved;
+    return moved;
+}
+
+// Whether every operation of rank r's posted group has met its peer's. A FIFO mismatch (the
+// receiver wants another tensor first) reorders the sender's group, or moves its send later,
+// while plans are made; it is an error otherwise.
 inline bool group_met(Sim& s, int r) {
     bool with_chunk = s.V > 1, complete = true;
     for (const auto& [op, k] : s.ranks[r].group) {
@@ -413,6 +697,10 @@ inline bool group_met(Sim& s, int r) {
         if (other[k].tag != op.tag) {
             int recv_tag = op.send ? other[k].tag : op.tag, send_tag = op.send ? op.tag : other[k].tag;
             int dst = op.send ? op.peer : r, src = op.send ? r : op.peer;
+            if (s.making && (send_first(s, src, dst, k, recv_tag) || move_sends_later(s, src, dst, k))) {
+                s.moved = true;
+                return false;
+            }
             throw std::runtime_error("rank " + std::to_string(dst) + " receives " + tag_label(recv_tag, with_chunk) +
                                      " from rank " + std::to_string(src) + " but rank " + std::to_string(src) +
                                      " sends " + tag_label(send_tag, with_chunk) + " first (FIFO mismatch)");
@@ -446,11 +734,12 @@ inline double finish_group(SimResult& res, Sim& s, int r, const Costs& costs) {
 inline void run_action(SimResult& res, Sim& s, int r, double ready, const Costs& costs) {
     Sim::Rank& me = s.ranks[r];
     const Action& a = s.schedule[r][me.pos];
-    CommOp in = input_of(a, r, s.P, s.V);
+    CommOp in = input_of(a, r, s.at);
     if (in.peer >= 0 && std::find(me.arrived.begin(), me.arrived.end(), in.tag) == me.arrived.end())
         throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, s.V > 1) +
                                  ": runs before the action that produces its input");
     double cost = a.op == Op::F ? costs.f : a.op == Op::B ? costs.bi + costs.bw : a.op == Op::BI ? costs.bi : costs.bw;
+    if (a.overlapped && costs.overlap) cost = std::max(0.0, cost - costs.f);  // the pair ends max(F, B) after it began
     res.events.push_back({r, a, false, ready, ready + cost, ""});
     res.busy[r] += cost;
     me.post_time = ready + cost;
@@ -474,12 +763,21 @@ inline std::string waiting_ranks(Sim& s) {
     return waiting;
 }
 
+using Plan = std::vector<std::vector<CommOp>>;  // a rank's groups of transfers: plan[i] before action i
+
 // Runs the schedule under the communication policy. Matching is unbuffered: a group completes
 // only when every one of its sends and receives has met its peer, else we report the deadlock.
-// Timing: a transfer starts when both sides have posted it and takes costs.comm; the receiver
+// `plans` empty: the plans are made here, late sends included, and returned in it; use unit
+// costs then (`make_plans`), so that every caller gets the same plans. Otherwise they are followed.
+// Timing: rank r's actions take costs[r]; a transfer starts when both sides have posted it and
+// takes the receiver's costs.comm; the receiver
 // waits for it, the sender does not (eager or asynchronous sends, as real engines overlap them).
-inline SimResult run(const Schedule& schedule, int V, const Costs& costs) {
+inline SimResult run(const Schedule& schedule, int V, const std::vector<Costs>& costs, std::vector<Plan>& plans) {
+    bool making = plans.empty();
     Sim s(schedule, V);
+    s.making = making;
+    if (!making)
+        for (int r = 0; r < s.P; r++) s.ranks[r].plan = plans[r];
     SimResult res;
     res.busy.assign(s.P, 0);
     bool progress = true;
@@ -497,20 +795,33 @@ inline SimResult run(const Schedule& schedule, int V, const Costs& costs) {
                 }
                 me.posted = progress = true;
             }
-            if (!group_met(s, r)) continue;
+            if (!group_met(s, r)) {
+                progress = progress || s.moved;
+                s.moved = false;
+                continue;
+            }
             progress = true;
-            double ready = finish_group(res, s, r, costs);
+            double ready = finish_group(res, s, r, costs[r]);
             if (me.pos == schedule[r].size()) {
                 me.done = true;
                 res.makespan = std::max(res.makespan, ready);
                 continue;
             }
-            run_action(res, s, r, ready, costs);
+            run_action(res, s, r, ready, costs[r]);
         }
+        if (!progress && making) progress = move_oldest_unmatched_sends(s);
     }
     std::string waiting = waiting_ranks(s);
     if (!waiting.empty()) throw std::runtime_error("deadlock: " + waiting);
+    if (making)
+        for (const Sim::Rank& me : s.ranks) plans.push_back(me.plan);
     return res;
+}
+
+inline std::vector<Plan> make_plans(const Schedule& schedule, int V) {
+    std::vector<Plan> plans;
+    run(schedule, V, std::vector<Costs>(schedule.size()), plans);
+    return plans;
 }
 }  // namespace detail
 
@@ -534,19 +845,23 @@ inline void validate(const Schedule& schedule, int num_microbatches = 0, int num
     int V = num_chunks > 0 ? num_chunks : detail::infer_count(schedule, true);
     if (M == 0 || V == 0) throw std::runtime_error("validate: the schedule has no actions");
     detail::check_actions(schedule, M, V);
-    detail::run(schedule, V, Costs{});
+    detail::make_plans(schedule, V);
 }
 
-// Predicts time, bubble and memory of a schedule (validating it on the way). With comm = 0 and
-// F : B equal for every micro-batch, GPipe and 1F1B give bubble = (P-1)/(M+P-1), interleaved
-// (P-1)/(V*M+P-1) (costs per chunk) and ZB-H1 with F = BI = BW and M >= P (P-1)/(3M+P-1).
-inline SimResult simulate(const Schedule& schedule, const Costs& costs = {}, int num_chunks = 0) {
-    for (double c : {costs.f, costs.bi, costs.bw, costs.comm})
-        if (!(c >= 0 && std::isfinite(c))) throw std::invalid_argument("simulate: costs must be finite and >= 0");
+// Predicts time, bubble and memory of a schedule (validating it on the way), with costs per rank
+// (per chunk when V > 1). With comm = 0 and F : B equal for every micro-batch, GPipe and 1F1B give
+// bubble = (P-1)/(M+P-1), interleaved (P-1)/(V*M+P-1) and ZB-H1 with F = BI = BW and M >= P
+// (P-1)/(3M+P-1); each generator above states its own.
+inline SimResult simulate(const Schedule& schedule, const std::vector<Costs>& costs, int num_chunks = 0) {
+    if (costs.size() != schedule.size()) throw std::invalid_argument("simulate: need one Costs per rank");
+    for (const Costs& k : costs)
+        for (double c : {k.f, k.bi, k.bw, k.comm})
+            if (!(c >= 0 && std::isfinite(c))) throw std::invalid_argument("simulate: costs must be finite and >= 0");
     validate(schedule, 0, num_chunks);
     int P = int(schedule.size());
     int V = num_chunks > 0 ? num_chunks : detail::infer_count(schedule, true);
-    SimResult res = detail::run(schedule, V, costs);
+    std::vector<detail::Plan> plans = detail::make_plans(schedule, V);  // the executor's
+    SimResult res = detail::run(schedule, V, costs, plans);
     for (int r = 0; r < P; r++) res.idle.push_back(res.makespan - res.busy[r]);
     double idle = 0;
     for (double x : res.idle) idle += x;
@@ -562,6 +877,72 @@ inline SimResult simulate(const Schedule& schedule, const Costs& costs = {}, int
         res.peak_live.push_back(peak);
     }
     return res;
+}
+inline SimResult simulate(const Schedule& schedule, const Costs& costs = {}, int num_chunks = 0) {
+    return simulate(schedule, std::vector<Costs>(schedule.size(), costs), num_chunks);
+}
+
+// ----------------------------------------------------------------------------------------------
+// auto: a zero-bubble schedule planned from measured costs under a memory cap
+// ----------------------------------------------------------------------------------------------
+// In the spirit of the zero-bubble paper's heuristic (Qi et al. 2024, §3), list scheduling on a
+// simulated clock, with BI/BW split and one chunk per rank. The rank that can act earliest acts:
+//   1. the next BI if its gradient has arrived, or the next F if its input has arrived and the
+//      rank holds fewer than cap[r] stashes; when both can run they take turns, as in 1F1B (the
+//      previous rank waits for the BI, the next one for the F);
+//   2. else the oldest BW still owed: it fills time that would be idle;
+//   3. else it waits for the next input.
+// So BW is delayed while memory allows; at the cap, F waits and the BWs that free memory run.
+// F, BI and BW each take micro-batches in increasing order (one device's bits). costs[r] are rank
+// r's times, costs[r].comm its transfer to a neighbour; cap[r] counts micro-batch stashes (a
+// caller with bytes divides by one stash's). With unit costs the result is no worse than ZB-H1
+// at cap = P (1F1B's peak) and than ZB-H2 at cap = 2P (tests/test_schedule.cpp).
+inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, const std::vector<int>& cap) {
+    detail::check_sizes("auto_schedule", P, M);
+    if (int(costs.size()) != P || int(cap.size()) != P)
+        throw std::invalid_argument("auto_schedule: need the costs and the memory cap of each of the " + std::to_string(P) + " ranks");
+    for (int r = 0; r < P; r++)
+        if (cap[r] < 1) throw std::invalid_argument("auto_schedule: rank " + std::to_string(r) + "'s cap holds no stash");
+    const double never = HUGE_VAL;  // a time not known yet: its producer has not been planned
+    std::vector<std::vector<double>> f_end(P, std::vector<double>(M, never)), bi_end = f_end;
+    struct Rank { double clock = 0; int f = 0, bi = 0, bw = 0; bool after_bi = false; };
+    std::vector<Rank> ranks(P);
+    Schedule schedule(P);
+    // When rank r's next F and BI can start (never: not allowed or not known yet).
+    auto f_ready = [&](int r) {
+        const Rank& me = ranks[r];
+        if (me.f == M || me.f - me.bw >= cap[r]) return never;
+        return r == 0 ? 0.0 : f_end[r - 1][me.f] + costs[r - 1].comm;
+    };
+    auto bi_ready = [&](int r) {
+        const Rank& me = ranks[r];
+        if (me.bi == me.f) return never;
+        return r == P - 1 ? f_end[r][me.bi] : bi_end[r + 1][me.bi] + costs[r + 1].comm;
+    };
+    for (int planned = 0; planned < 3 * P * M; planned++) {
+        int r = -1;  // the rank that can act first (ties: the lowest)
+        double at = never;
+        for (int q = 0; q < P; q++) {
+            const Rank& me = ranks[q];
+            double when = me.bw < me.bi ? me.clock : std::max(me.clock, std::min(f_ready(q), bi_ready(q)));
+            if (when < at) r = q, at = when;
+        }
+        if (r < 0) throw std::logic_error("auto_schedule: no rank can act");  // cannot happen: each cap holds one
+        Rank& me = ranks[r];
+        const Costs& c = costs[r];
+        bool bi = bi_ready(r) <= at, f = f_ready(r) <= at;
+        if (bi && f) bi = me.bi == 0 || !me.after_bi;  // both ready: F and BI take turns, as in 1F1B
+        Action a = bi ? Action{Op::BI, me.bi} : f ? Action{Op::F, me.f} : Action{Op::BW, me.bw};
+        if (a.op != Op::BW) me.after_bi = a.op == Op::BI;
+        double cost = a.op == Op::F ? c.f : a.op == Op::BI ? c.bi : c.bw;
+        me.clock = at + cost;
+        if (a.op == Op::F) f_end[r][me.f++] = me.clock;
+        if (a.op == Op::BI) bi_end[r][me.bi++] = me.clock;
+        if (a.op == Op::BW) me.bw++;
+        schedule[r].push_back(a);
+    }
+    validate(schedule, M, 1);
+    return schedule;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -714,15 +1095,18 @@ class Stage {
     // Where the executor must receive this action's incoming tensor (the activation for F, the
     // output gradient for B/BI) before calling the op. Owned by the stage (may be device memory).
     // Called just before the action; earlier in two cases: with V > 1 a backward's buffer before
-    // the forward paired with it, and with P = 1 as soon as the producing chunk has run.
+    // the forward paired with it, and for a transfer between two chunks of this rank (P = 1, the
+    // V shape's turn) as soon as the producing chunk has run.
     virtual Buffer input_buffer(Op op, int microbatch, int chunk) = 0;
     // Each returns what to send ({} on the last virtual stage for F, on the first for B/BI). The
-    // buffer must stay valid until sent: the start of the rank's next action, or with V > 1 the
-    // end of the backward paired with a forward.
+    // buffer must stay valid until the executor calls sent() for the action: usually before the
+    // rank's next action, later for a late send (see the communication policy). A forward's
+    // output is always sent before the same (micro-batch, chunk)'s backward starts.
     virtual Buffer forward(int microbatch, int chunk) = 0;
     virtual Buffer backward(int microbatch, int chunk) = 0;        // full backward: BI then BW
     virtual Buffer backward_input(int microbatch, int chunk) = 0;
     virtual void backward_weight(int microbatch, int chunk) = 0;
+    virtual void sent(Op, int /*microbatch*/, int /*chunk*/) {}   // what that action returned has left
 };
 
 struct P2POp {
@@ -771,6 +1155,7 @@ class Pipeline {
             throw std::invalid_argument("Pipeline: need one Comm rank per pipeline rank (" + std::to_string(P_) +
                                         "), a pp_rank below that, comm.rank() == ranks[pp_rank] and num_chunks >= 1");
         validate(schedule_, 0, V_);
+        plan_ = detail::make_plans(schedule_, V_)[rank_];
     }
 
     // Executes this rank's actions for one optimizer step. On any error: aborts the Comm (waking
@@ -780,18 +1165,18 @@ class Pipeline {
         events_.clear();
         const std::vector<Action>& actions = schedule_[rank_];
         auto now = [&] { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin).count(); };
-        std::vector<std::vector<CommOp>> plan = detail::comm_plan(actions, rank_, P_, V_);
-        std::map<int, Buffer> outputs;  // by tag: what finished actions produced, until sent
+        const Layout at{P_, V_, schedule_.placement};
+        std::map<int, std::pair<Buffer, Action>> outputs;  // by tag: what finished actions produced, until sent
         size_t i = 0;
         try {
             for (i = 0; i <= actions.size(); i++) {
-                const std::vector<CommOp>& group = plan[i];
+                const std::vector<CommOp>& group = plan_[i];
                 if (!group.empty()) {
                     mark(i, false);
                     std::vector<P2POp> ops;
                     std::string what;
                     for (const CommOp& op : group) {
-                        Buffer b = op.send ? outputs[op.tag] : input_buffer_for(op.tag, i);
+                        Buffer b = op.send ? outputs[op.tag].first : input_buffer_for(op.tag, i);
                         if (op.send && !b.data) throw std::runtime_error("the stage returned no output to send");
                         ops.push_back({op.send, b.data, b.bytes, ranks_[op.peer], op.tag});
                         what += (what.empty() ? "" : ", ") + detail::describe(op, true);
@@ -800,8 +1185,12 @@ class Pipeline {
                     }
                     double start = now();
                     comm_.group(ops);
-                    for (const CommOp& op : group)
-                        if (op.send) outputs.erase(op.tag);
+                    for (const CommOp& op : group) {
+                        if (!op.send) continue;
+                        const Action& from = outputs[op.tag].second;
+                        stage_.sent(from.op, from.microbatch, from.chunk);
+                        outputs.erase(op.tag);
+                    }
                     Action next = i < actions.size() ? actions[i] : actions.back();
                     events_.push_back({rank_, next, true, start, now(), what});
                 }
@@ -817,8 +1206,8 @@ class Pipeline {
                     case Op::BW: stage_.backward_weight(a.microbatch, a.chunk); break;
                 }
                 events_.push_back({rank_, a, false, start, now(), ""});
-                CommOp send = detail::output_of(a, rank_, P_, V_);
-                if (send.peer >= 0) outputs[send.tag] = out;
+                CommOp send = detail::output_of(a, rank_, at);
+                if (send.peer >= 0) outputs[send.tag] = {out, a};
             }
         } catch (const std::exception& e) {
             fail(e.what(), i);
@@ -884,6 +1273,7 @@ class Pipeline {
     }
 
     Schedule schedule_;
+    std::vector<std::vector<CommOp>> plan_;  // this rank's groups of transfers (detail::run)
     int P_ = 0, V_ = 1;
     Stage& stage_;
     Comm& comm_;

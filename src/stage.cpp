@@ -26,11 +26,12 @@ void TransformerStage::begin_step(const Batch* batch, int mb_rows, int first_mic
     batch_ = batch, mb_rows_ = mb_rows, first_mb_ = first_microbatch, step_ = step, loss_scale_ = loss_scale;
     loss_sum_ = 0, num_targets_ = 0;
     inflight_.clear();
+    outputs_.clear();
     if (current_device().cuda) {
         ids_.assign(batch->input_ids), types_.assign(batch->token_type_ids);
         tasks_.assign(batch->task_type_ids), mask_.assign(batch->attention_mask);
     }
-    live_bytes_ = 0;
+    live_bytes_ = 0, live_ = 0;
 }
 
 void TransformerStage::zero_grads() {
@@ -99,10 +100,14 @@ void unpack(Buf& x, Array<uint16_t>& packed) {
 }
 }  // namespace
 
-pp::Buffer TransformerStage::view(Buf& v, Array<uint16_t>& v16) const {
-    if (v.empty()) return {};
-    if (opt_.bf16) return {v16.data(), v16.size() * sizeof(uint16_t)};
-    return {v.data(), v.size() * sizeof(float)};
+pp::Buffer TransformerStage::view(Output& out) const {
+    if (out.v.empty()) return {};
+    if (opt_.bf16) return {out.v16.data(), out.v16.size() * sizeof(uint16_t)};
+    return {out.v.data(), out.v.size() * sizeof(float)};
+}
+
+void TransformerStage::sent(pp::Op op, int microbatch, int chunk) {
+    outputs_.erase({op != pp::Op::F, microbatch, chunk});
 }
 
 pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
@@ -145,19 +150,20 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputi
     if (head) {   // the head: its output is the loss
         auto& hs = static_cast<HeadStash&>(*f.stash.back());
         loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
-        fwd_out_.clear();
     } else {
-        fwd_out_.swap(out), fwd16_.swap(out16);
+        Output& sent = outputs_[{false, m, chunk}];
+        sent.v.swap(out), sent.v16.swap(out16);
     }
 }
 
 pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     run_forward(f, microbatch, chunk, false);
+    peak_live_ = std::max(peak_live_, ++live_);
     if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
     account(f);
     synchronize();   // on a GPU: the action ends when its kernels do, so the timeline tells the truth
-    return view(fwd_out_, fwd16_);
+    return view(outputs_[{false, microbatch, chunk}]);
 }
 
 pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
@@ -170,6 +176,7 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     auto& layers = chunks_[chunk];
     unpack(f.grad_out, f.grad16);
     Buf dout = std::move(f.grad_out), din;
+    Array<uint16_t> dout16;
     for (int i = int(layers.size()) - 1; i >= 0; i--) {
         bool first_layer = layers[i]->index() == 0;
         din.zeros(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size);
@@ -179,15 +186,16 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
         // Back to 16 bits (exactly: the values are bf16) until BW, which may come much later
         // (zero bubble): one layer's stash at a time is fp32, not the whole chunk's.
         if (opt_.bf16) f.stash[i]->pack();
-        if (opt_.bf16 && !first_layer) round_bf16(din, bwd16_);
+        if (opt_.bf16 && !first_layer) round_bf16(din, dout16);
         dout.swap(din);
         pp::beat();
     }
     f.grad_out.clear();
     account(f);
-    bwd_out_ = std::move(dout);
+    Output& sent = outputs_[{true, microbatch, chunk}];
+    sent.v = std::move(dout), sent.v16 = std::move(dout16);
     synchronize();
-    return view(bwd_out_, bwd16_);
+    return view(sent);
 }
 
 void TransformerStage::backward_weight(int microbatch, int chunk) {
@@ -207,14 +215,15 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
 // B = BI then BW on the same stash: the same operations in the same order as the
 // zero-bubble split, hence the same bits.
 pp::Buffer TransformerStage::backward(int microbatch, int chunk) {
-    backward_input(microbatch, chunk);
+    pp::Buffer out = backward_input(microbatch, chunk);
     backward_weight(microbatch, chunk);
-    return view(bwd_out_, bwd16_);
+    return out;
 }
 
 void TransformerStage::release(int microbatch, int chunk) {
     auto it = inflight_.find({microbatch, chunk});
     if (it == inflight_.end()) return;
+    live_--;
     live_bytes_ -= it->second.bytes;
     inflight_.erase(it);
 }

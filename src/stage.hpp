@@ -6,6 +6,7 @@
 // recomputed activations bitwise equal to the ones it threw away.
 #pragma once
 #include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -35,6 +36,7 @@ class TransformerStage : public pp::Stage {
     std::vector<Layer*> layers();                      // every layer of every chunk, in model order
     Layer* layer(int index);                           // null if not here
     size_t peak_stash_bytes() const { return peak_bytes_; }
+    int peak_stashes() const { return peak_live_; }    // most (micro-batch, chunk) pairs from F to their last backward
 
     // pp::Stage
     pp::Buffer input_buffer(pp::Op op, int microbatch, int chunk) override;
@@ -42,6 +44,7 @@ class TransformerStage : public pp::Stage {
     pp::Buffer backward(int microbatch, int chunk) override;
     pp::Buffer backward_input(int microbatch, int chunk) override;
     void backward_weight(int microbatch, int chunk) override;
+    void sent(pp::Op op, int microbatch, int chunk) override;
 
  private:
     struct InFlight {   // one (micro-batch, chunk)
@@ -56,12 +59,14 @@ class TransformerStage : public pp::Stage {
     void run_forward(InFlight& f, int microbatch, int chunk, bool recomputing);
     void account(InFlight& f);
     void release(int microbatch, int chunk);
-    // What the last forward / backward produced for the executor to send. Valid until the next
-    // call of the same kind: the executor sends right after the op, or (interleaved) after the
-    // forward-backward pair, which is why forward and backward have separate buffers.
-    pp::Buffer view(Buf& v, Array<uint16_t>& v16) const;
-    Buf fwd_out_, bwd_out_;
-    Array<uint16_t> fwd16_, bwd16_;   // --dtype bf16: what is sent, 2 bytes per value
+    // What a forward or a backward produced for the executor to send, kept until sent() (which
+    // may come after later actions: a late send). With --dtype bf16, v16 is what is sent.
+    struct Output {
+        Buf v;
+        Array<uint16_t> v16;
+    };
+    pp::Buffer view(Output& out) const;
+    std::map<std::tuple<bool, int, int>, Output> outputs_;   // (gradient?, micro-batch, chunk)
     // On a GPU, this step's token arrays copied to the device once (see MicroBatch::dev).
     Array<int32_t> ids_, types_, tasks_, mask_;
 
@@ -77,6 +82,7 @@ class TransformerStage : public pp::Stage {
     int64_t num_targets_ = 0;
     std::map<std::pair<int, int>, InFlight> inflight_;
     size_t live_bytes_ = 0, peak_bytes_ = 0;
+    int live_ = 0, peak_live_ = 0;
 };
 
 }  // namespace pt

@@ -3,7 +3,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <tuple>
 #include <cstring>
 #include <map>
 #include <string>
@@ -34,7 +37,8 @@ struct Grads {
 // One rank's V chunks. Loss = sum of the last stage's outputs, so its output gradient is all ones.
 class ToyStage : public Stage {
  public:
-    ToyStage(int rank, int P, int V, int fail_at = -1) : rank_(rank), P_(P), V_(V), fail_at_(fail_at) {
+    ToyStage(int rank, int P, int V, int fail_at = -1, Placement placement = Placement::loop)
+        : rank_(rank), P_(P), V_(V), fail_at_(fail_at), at_{P, V, placement} {
         grads.da.assign(P * V, 0.0f), grads.db.assign(P * V, 0.0f);
     }
     Buffer input_buffer(Op op, int mb, int chunk) override {
@@ -44,7 +48,7 @@ class ToyStage : public Stage {
     }
     Buffer forward(int mb, int chunk) override {
         record("F", mb, chunk);
-        int s = chunk * P_ + rank_;
+        int s = at_.stage(rank_, chunk);
         std::vector<float>& x = stash_[{mb, chunk}];
         x = s == 0 ? input_of(mb) : act_in_.at({mb, chunk});
         std::vector<float>& y = out_[{mb, chunk}];
@@ -67,6 +71,14 @@ class ToyStage : public Stage {
         record("BW", mb, chunk);
         weight_grad(mb, chunk);
     }
+    // What the executor no longer needs: spoiled, so that a send after sent() would poison the
+    // gradients (late sends keep outputs across later actions).
+    void sent(Op op, int mb, int chunk) override {
+        std::vector<float>& v = (op == Op::F ? out_ : dx_).at({mb, chunk});
+        std::fill(v.begin(), v.end(), NAN);
+        sends++;
+    }
+    int sends = 0;
 
     Grads grads;
     std::vector<std::string> order;
@@ -76,7 +88,7 @@ class ToyStage : public Stage {
     // dx = dy * a_s, sent to the previous stage; dy is kept for the weight gradient.
     Buffer input_grad(int mb, int chunk) {
         if (mb == fail_at_) throw std::runtime_error("boom");
-        int s = chunk * P_ + rank_;
+        int s = at_.stage(rank_, chunk);
         std::vector<float>& dy = dy_[{mb, chunk}];
         dy = s == P_ * V_ - 1 ? std::vector<float>(kN, 1.0f) : grad_in_.at({mb, chunk});
         std::vector<float>& dx = dx_[{mb, chunk}];
@@ -86,11 +98,12 @@ class ToyStage : public Stage {
         return {dx.data(), dx.size() * sizeof(float)};
     }
     void weight_grad(int mb, int chunk) {
-        int s = chunk * P_ + rank_;
+        int s = at_.stage(rank_, chunk);
         const std::vector<float>&x = stash_.at({mb, chunk}), &dy = dy_.at({mb, chunk});
         for (int i = 0; i < kN; i++) grads.da[s] += dy[i] * x[i], grads.db[s] += dy[i];
     }
     int rank_, P_, V_, fail_at_;
+    Layout at_;
     std::map<std::pair<int, int>, std::vector<float>> act_in_, grad_in_, stash_, out_, dy_, dx_;
 };
 
@@ -118,7 +131,7 @@ Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Even
     int P = int(schedule.size());
     ThreadWorld world(P, 2.0);
     std::vector<ToyStage> stages;
-    for (int r = 0; r < P; r++) stages.emplace_back(r, P, V);
+    for (int r = 0; r < P; r++) stages.emplace_back(r, P, V, -1, schedule.placement);
     std::vector<int> ranks(P);
     for (int r = 0; r < P; r++) ranks[r] = r;
     std::vector<std::vector<Event>> events(P);
@@ -129,15 +142,22 @@ Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Even
         events[r] = pipeline.timeline();
     });
     Grads g{std::vector<float>(P * V, 0.0f), std::vector<float>(P * V, 0.0f)};
+    Layout at{P, V, schedule.placement};
     for (int r = 0; r < P; r++)
         for (int c = 0; c < V; c++) {
-            int s = c * P + r;
+            int s = at.stage(r, c);
             g.da[s] = stages[r].grads.da[s], g.db[s] = stages[r].grads.db[s];
         }
-    for (int r = 0; r < P; r++) {  // each stage ran exactly its schedule, in order
+    for (int r = 0; r < P; r++) {  // each stage ran exactly its schedule, in order, and heard of each send once
         std::vector<std::string> expected;
-        for (const Action& a : schedule[r]) expected.push_back(to_string(a, true));
+        int sends = 0;
+        for (const Action& a : schedule[r]) {
+            expected.push_back(to_string(a, true));
+            int s = at.stage(r, a.chunk);
+            sends += (a.op == Op::F && s < P * V - 1) || ((a.op == Op::B || a.op == Op::BI) && s > 0);
+        }
         CHECK(stages[r].order == expected);
+        CHECK(stages[r].sends == sends);
     }
     if (timelines) *timelines = events;
     return g;
@@ -157,6 +177,25 @@ TEST_CASE("pipeline equals serial, bit for bit, for every schedule") {
         for (int V = 1; V <= 3; V++) {
             INFO("interleaved P=" << P << " V=" << V);
             CHECK(run_pipeline(interleaved(P, 2 * P, V), V) == serial(P * V, 2 * P));
+        }
+    }
+}
+
+TEST_CASE("the new schedules and the V shape equal serial too, late sends included") {
+    for (int P = 1; P <= 4; P++) {
+        int M = 2 * P + 1;
+        std::vector<std::tuple<std::string, Schedule, int>> cases = {
+            {"zb-h2", zero_bubble_h2(P, M), 1},
+            {"zbv", zbv(P, M), 2},
+            {"dualpipev", dualpipev(P, M), 2},
+            {"looped-bfs 2", looped_bfs(P, M, 2), 2},
+            {"looped-bfs 3", looped_bfs(P, M, 3), 3},
+            {"interleaved-zb", interleaved_zero_bubble(P, 2 * P, 2), 2},
+            {"auto", auto_schedule(P, M, std::vector<Costs>(P), std::vector<int>(P, 2)), 1}};
+        for (const auto& [name, schedule, V] : cases) {
+            INFO(name << " P=" << P);
+            int m = name == "interleaved-zb" ? 2 * P : M;
+            CHECK(run_pipeline(schedule, V) == serial(P * V, m));
         }
     }
 }

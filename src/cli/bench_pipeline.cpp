@@ -109,17 +109,19 @@ Cost in_run_cost(const std::vector<pp::Event>& events, int P, const Cost& iso) {
     return slowest;
 }
 
-// `steps` + 1 pipelined steps (the first warms up and is not counted); rank p holds layers
-// [bounds[p], bounds[p+1]). The makespan of a step is the latest event end over the ranks, whose
-// clocks start together after a barrier. No optimizer: it costs the same on any split.
-Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, const std::vector<int>& bounds,
+// `steps` + 1 pipelined steps (the first warms up and is not counted); virtual stage s holds
+// layers [bounds[s], bounds[s+1]), placed on the ranks as the schedule says. The makespan of a
+// step is the latest event end over the ranks, whose clocks start together after a barrier. No
+// optimizer: it costs the same on any split.
+Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, int V, const std::vector<int>& bounds,
                       const Batch& batch, int M, const RunOptions& opt, int steps) {
     int P = int(schedule.size());
+    std::vector<std::vector<std::vector<int>>> split(P, std::vector<std::vector<int>>(V));
+    for (int s = 0; s < P * V; s++)
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) split[pp::Layout{P, V, schedule.placement}.rank(s)][s / P].push_back(l);
     std::vector<std::unique_ptr<TransformerStage>> stages;
     for (int p = 0; p < P; p++) {
-        std::vector<int> layers;
-        for (int l = bounds[p]; l < bounds[p + 1]; l++) layers.push_back(l);
-        stages.push_back(std::make_unique<TransformerStage>(cfg, std::vector<std::vector<int>>{layers}, Recompute::none, opt));
+        stages.push_back(std::make_unique<TransformerStage>(cfg, split[p], Recompute::none, opt));
         for (Layer* l : stages.back()->layers()) l->init(1, 0.02f);
     }
     std::vector<std::vector<std::vector<pp::Event>>> timelines(steps + 1, std::vector<std::vector<pp::Event>>(P));
@@ -128,7 +130,7 @@ Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, cons
     pp::ThreadWorld world(P, 120.0);
     pp::run_ranks(world, [&](int rank) {
         pp::ThreadComm comm(world, rank);
-        pp::Pipeline pipe(schedule, 1, *stages[rank], comm, rank, ranks);
+        pp::Pipeline pipe(schedule, V, *stages[rank], comm, rank, ranks);
         for (int step = 0; step <= steps; step++) {
             stages[rank]->zero_grads();
             stages[rank]->begin_step(&batch, batch.B / M, 0, uint32_t(step), 1.0f / float(batch.num_targets()));
@@ -158,11 +160,9 @@ Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, cons
     return m;
 }
 
-pp::Schedule make(const std::string& name, int P, int M) {
-    if (name == "gpipe") return pp::gpipe(P, M);
-    if (name == "1f1b") return pp::one_f_one_b(P, M);
-    if (name == "zb-h1") return pp::zero_bubble_h1(P, M);
-    throw std::runtime_error("--schedules: expected a comma-separated list of gpipe, 1f1b, zb-h1, got \"" + name + "\"");
+// The chunks per rank of schedule `name`: the V shape's 2, `chunks` for the looped ones.
+int chunks_of(const std::string& name, int chunks) {
+    return name == "interleaved" || name == "interleaved-zb" || name == "looped-bfs" ? chunks : default_chunks(name);
 }
 
 }  // namespace
@@ -188,31 +188,48 @@ struct BenchRow {
 
 // (2, 3) for P stages: the split, then each schedule's measured steps against pp::simulate.
 void bench_stages(std::vector<BenchRow>& rows, const ModelConfig& cfg, const std::vector<Cost>& layer,
-                  const std::vector<double>& totals, int P, int M, double comm, const std::vector<std::string>& schedules,
-                  const Batch& batch, const RunOptions& opt, int steps, unsigned cores) {
-    std::vector<int> bounds = pp::partition(totals, P);
-    Cost slowest;   // simulate takes one cost per action: the slowest stage sets the pace
-    std::string layout;
-    for (int p = 0; p < P; p++) {
-        Cost c;
-        for (int l = bounds[p]; l < bounds[p + 1]; l++) c.f += layer[l].f, c.bi += layer[l].bi, c.bw += layer[l].bw;
-        if (c.total() > slowest.total()) slowest = c;
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " [%d..%d] %.1f ms", bounds[p], bounds[p + 1] - 1, c.total() / 1000);
-        layout += buf;
-    }
-    std::printf("P = %d, layers and cost per micro-batch:%s\n", P, layout.c_str());
+                  const std::vector<double>& totals, int P, int M, int chunks, double comm,
+                  const std::vector<std::string>& schedules, const Batch& batch, const RunOptions& opt, int steps,
+                  unsigned cores) {
     if (unsigned(P) > cores)
         std::printf("  %d stage threads on %u cores: oversubscribed, the measured steps are slower than predicted\n", P, cores);
+    int shown = 0;   // the V whose split was printed last
     for (const std::string& name : P == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
-        pp::Schedule schedule = make(name, P, M);
-        Measured m = run_pipeline(cfg, schedule, bounds, batch, M, opt, steps);
-        Cost run = in_run_cost(m.events, P, slowest);
+        int V = chunks_of(name, chunks), S = P * V;
+        if (S > int(totals.size()) || (name == "dualpipev" && M < 2 * P) ||
+            ((name == "interleaved" || name == "interleaved-zb") && M % P != 0)) {
+            std::printf("  %-14s skipped: needs %d layers (has %zu)%s\n", name.c_str(), S, totals.size(),
+                        name == "dualpipev" ? ", M >= 2P" : name.find("interleaved") == 0 ? ", M a multiple of P" : "");
+            continue;
+        }
+        std::vector<int> bounds = pp::partition(totals, S);
+        std::vector<Cost> stage(S);   // simulate takes one cost per action: the slowest stage sets the pace
+        Cost slowest;
+        std::string layout;
+        for (int v = 0; v < S; v++) {
+            for (int l = bounds[v]; l < bounds[v + 1]; l++) stage[v].f += layer[l].f, stage[v].bi += layer[l].bi, stage[v].bw += layer[l].bw;
+            if (stage[v].total() > slowest.total()) slowest = stage[v];
+            char buf[64];
+            std::snprintf(buf, sizeof buf, " [%d..%d] %.1f ms", bounds[v], bounds[v + 1] - 1, stage[v].total() / 1000);
+            layout += buf;
+        }
+        if (V != shown) std::printf("P = %d, %d chunk(s) per rank: layers and cost per micro-batch of each virtual stage:%s\n", P, V, layout.c_str());
+        shown = V;
         double c = P > 1 ? comm : 0.0;
+        pp::Schedule schedule;
+        if (name == "auto") {   // planned from each stage's own costs, at 1F1B's peak memory
+            std::vector<pp::Costs> per_rank;
+            for (const Cost& k : stage) per_rank.push_back({k.f, k.bi, k.bw, c});
+            schedule = pp::auto_schedule(P, M, per_rank, std::vector<int>(P, P));
+        } else {
+            schedule = make_schedule(name, P, M, V);
+        }
+        Measured m = run_pipeline(cfg, schedule, V, bounds, batch, M, opt, steps);
+        Cost run = in_run_cost(m.events, P, slowest);
         pp::SimResult predicted = pp::simulate(schedule, pp::Costs{slowest.f, slowest.bi, slowest.bw, c});
         pp::SimResult replayed = pp::simulate(schedule, pp::Costs{run.f, run.bi, run.bw, c});
         rows.push_back({P == 1 ? "(one stage)" : name, P, m.makespan, m.bubble, predicted.makespan, replayed.makespan});
-        std::printf("  %-6s measured %.1f ms | predicted %.1f ms, ratio %.2f | replayed %.1f ms, ratio %.2f\n", name.c_str(),
+        std::printf("  %-14s measured %.1f ms | predicted %.1f ms, ratio %.2f | replayed %.1f ms, ratio %.2f\n", name.c_str(),
                     m.makespan / 1000, predicted.makespan / 1000, m.makespan / predicted.makespan,
                     replayed.makespan / 1000, m.makespan / replayed.makespan);
         if (P == 2 && name == schedules.back()) std::printf("%s", pp::ascii_timeline(m.events, P, 100).c_str());
@@ -236,15 +253,20 @@ void print_table(const std::vector<BenchRow>& rows, int M, unsigned cores) {
 }
 
 int bench_pipeline_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--preset", "--batch", "--seq", "--micro-batches", "--stages", "--schedules", "--steps", "--reps"});
+    Args a(argv, {"--preset", "--blocks", "--batch", "--seq", "--micro-batches", "--stages", "--schedules", "--chunks",
+                  "--steps", "--reps"});
     ModelConfig cfg = ModelConfig::preset(a.str("--preset", "tiny"));
+    // More blocks than the preset's: P = 4 with two chunks per rank needs 8 virtual stages.
+    cfg.num_hidden_layers = int(a.integer("--blocks", cfg.num_hidden_layers, 1, 1024));
+    int chunks = int(a.integer("--chunks", 2, 1, pp::kMaxChunks));   // of interleaved, interleaved-zb, looped-bfs
     int B = int(a.integer("--batch", 16, 1, 4096)), T = int(a.integer("--seq", 64, 3, cfg.max_position_embeddings));
     int M = int(a.integer("--micro-batches", 8, 1, 1024));
     int steps = int(a.integer("--steps", 10, 1, 1000)), reps = int(a.integer("--reps", 5, 1, 1000));
     if (B % M != 0) throw std::runtime_error("--batch: " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
     std::vector<int> stage_counts = parse_stage_counts(a.str("--stages", "1,2,4"), cfg);
     std::vector<std::string> schedules = split(a.str("--schedules", "gpipe,1f1b"), ',');
-    for (const std::string& s : schedules) make(s, 1, 1);
+    for (const std::string& s : schedules)
+        if (s != "auto") make_schedule(s, 1, 2, chunks_of(s, chunks));   // a bad name fails before any measuring
     RunOptions opt;
     opt.seed = 1, opt.hidden_dropout = cfg.hidden_dropout_prob, opt.attention_dropout = cfg.attention_probs_dropout_prob;
     Batch batch = synthetic_batch(cfg, B, T);
@@ -274,7 +296,7 @@ int bench_pipeline_main(const std::vector<std::string>& argv) {
                 "  predicted = from the isolated layer costs above; replayed = from the action durations\n"
                 "  measured in the same run (so it checks the schedule and transfer model alone)\n", steps);
     for (int P : stage_counts) {
-        bench_stages(rows, cfg, layer, totals, P, M, comm, schedules, batch, opt, steps, cores);
+        bench_stages(rows, cfg, layer, totals, P, M, chunks, comm, schedules, batch, opt, steps, cores);
     }
 
     // (4) speed-up against one stage, and the summary table (markdown, for the README)

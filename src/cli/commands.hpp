@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline.hpp"
+
 namespace pt {
 
 int train_main(const std::vector<std::string>& args, const std::string& program);   // trainer.cpp
@@ -19,5 +21,11 @@ int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp
 int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]
 int bench_pipeline_main(const std::vector<std::string>& args);   // bench_pipeline.cpp
 int bench_gemm_main(const std::vector<std::string>& args);       // bench_gemm.cpp
+
+// schedules.cpp: --schedule NAME as a pp::Schedule (every name but auto, which needs costs), and
+// the chunks per rank it takes when --chunks is not given (the V shape's two).
+extern const char* const kScheduleNames;
+pp::Schedule make_schedule(const std::string& name, int P, int M, int V);
+int default_chunks(const std::string& name);
 
 }  // namespace pt

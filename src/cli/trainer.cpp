@@ -190,21 +190,13 @@ Setup make_setup(const Args& a, bool training) {
 
 // ---- schedules and partitions -------------------------------------------------------------
 
-pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
-    if (name != "interleaved" && V != 1) throw std::runtime_error("--chunks: only the interleaved schedule has chunks");
-    if (name == "gpipe") return pp::gpipe(P, M);
-    if (name == "1f1b") return pp::one_f_one_b(P, M);
-    if (name == "interleaved") return pp::interleaved(P, M, V);
-    if (name == "zb-h1") return pp::zero_bubble_h1(P, M);
-    throw std::runtime_error("--schedule: expected gpipe, 1f1b, interleaved or zb-h1, got \"" + name + "\"");
-}
-
 // Per-layer costs for partitioning (see layer_costs). With "memory", `cost` is the stash one
 // micro-batch leaves in the layer and `weights` the bytes of its parameters, gradients and AdamW
-// moments; stage i of 1F1B holds its weights and up to P - i stashes.
+// moments; stage i of 1F1B holds its weights and up to P - i stashes. With "time" (and "auto"),
+// `cost` is F + BI + BW in seconds, and f, bi, bw, stash the pieces and the stash bytes.
 struct LayerCosts {
     std::string by;
-    std::vector<double> cost, weights;
+    std::vector<double> cost, weights, f, bi, bw, stash;
     double stage_cost(int stage, int P, int begin, int end) const {
         double sum = 0;
         for (int l = begin; l < end; l++) sum += by == "memory" ? weights[l] + (P - stage) * cost[l] : cost[l];
@@ -212,8 +204,10 @@ struct LayerCosts {
     }
 };
 
-// chunk_layers[rank][chunk] = layer indices. Virtual stage s = chunk * P + rank.
-std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs, int P, int V) {
+// chunk_layers[rank][chunk] = layer indices; which rank and chunk hold virtual stage s is the
+// schedule's placement.
+std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs, int P, int V,
+                                                       pp::Placement placement = pp::Placement::loop) {
     int S = P * V, L = int(costs.cost.size());
     if (S > L)
         throw std::runtime_error("--stages: " + std::to_string(P) + " stages × " + std::to_string(V) +
@@ -225,7 +219,7 @@ std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs,
                                                    : pp::partition(costs.cost, S);
     std::vector<std::vector<std::vector<int>>> out(P, std::vector<std::vector<int>>(V));
     for (int s = 0; s < S; s++)
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) out[s % P][s / P].push_back(l);
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) out[pp::Layout{P, V, placement}.rank(s)][s / P].push_back(l);
     return out;
 }
 
@@ -233,7 +227,7 @@ std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs,
 // backward on one micro-batch of B×T), "memory" (bytes, as LayerCosts says) or "uniform".
 LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {}) {
     int L = num_model_layers(cfg);
-    LayerCosts costs{by, std::vector<double>(L, 1.0), std::vector<double>(L, 0.0)};
+    LayerCosts costs{by, std::vector<double>(L, 1.0), std::vector<double>(L, 0.0), {}, {}, {}, {}};
     if (by == "uniform") return costs;
     if (by == "params") {
         for (int i = 0; i < L; i++) costs.cost[i] = double(make_layer(cfg, i)->params.size());
@@ -258,22 +252,29 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
     size_t NC = size_t(B) * T * cfg.hidden_size;
     Buf x, dx(NC), dout;
     x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
+    costs.f = costs.bi = costs.bw = costs.stash = std::vector<double>(L, 1e30);
+    auto seconds = [](Clock::time_point t0) {
+        synchronize();
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
     for (int i = 0; i < L; i++) {
         auto l = make_layer(cfg, i);
         l->init(1, 0.02f);
         costs.weights[i] = 4.0 * sizeof(float) * double(l->params.size());   // parameter, gradient, two AdamW moments
-        double best = 1e30;
-        for (int rep = 0; rep < (by == "time" ? 3 : 1); rep++) {
+        for (int rep = 0; rep < (by == "time" ? 3 : 1); rep++) {   // each piece: the best of 3
             auto t0 = Clock::now();
             Buf out(l->out_numel(B, T));
             auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
-            if (by == "memory") costs.cost[i] = double(s->bytes());
+            costs.f[i] = std::min(costs.f[i], seconds(t0));
+            costs.stash[i] = double(s->bytes());
+            t0 = Clock::now();
             l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
+            costs.bi[i] = std::min(costs.bi[i], seconds(t0));
+            t0 = Clock::now();
             l->backward_weight(*s, mb, opt);
-            synchronize();
-            best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+            costs.bw[i] = std::min(costs.bw[i], seconds(t0));
         }
-        if (by == "time") costs.cost[i] = best;
+        costs.cost[i] = by == "memory" ? costs.stash[i] : costs.f[i] + costs.bi[i] + costs.bw[i];
     }
     set_device(caller);
     return costs;
@@ -369,6 +370,7 @@ struct World {
     nlohmann::json state;                              // trainer_state.json: what an exact resume needs
     double lr = 1e-3, clip = 1.0, weight_decay = 0.01;
     pp::Schedule schedule;
+    std::string plan_note;                             // --schedule auto: what the plan predicts
     std::vector<std::vector<std::vector<int>>> split;  // [p][chunk] = model layer indices
     std::vector<int> owner;                            // [layer] = the pipeline rank that holds it
     Recompute recompute = Recompute::none;
@@ -381,6 +383,7 @@ struct World {
     // Known on rank 0 after the run: its results, for train_main to print.
     double last_loss = 0;
     std::vector<double> peak_stash;                    // [p] bytes, replica 0
+    std::vector<int> peak_stashes;                     // [p] (micro-batch, chunk) pairs held at once, replica 0
     std::vector<pp::Event> trace_events;               // every rank's last step, on rank 0's clock
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
     EvalResult final_eval;
@@ -636,9 +639,9 @@ void print_step(World& w, int step, double loss, float lr, double norm, const st
     const Setup& s = *w.setup;
     double busy = 0, worst_span = 0;
     std::string stash;
-    for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + 3r ..] = busy µs, span µs, peak stash bytes
-        busy += slots[1 + 3 * p], worst_span = std::max(worst_span, slots[2 + 3 * p]);
-        w.peak_stash[p] = slots[3 + 3 * p];
+    for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + 4r ..] = busy µs, span µs, peak stash bytes, stashes
+        busy += slots[1 + 4 * p], worst_span = std::max(worst_span, slots[2 + 4 * p]);
+        w.peak_stash[p] = slots[3 + 4 * p], w.peak_stashes[p] = int(slots[4 + 4 * p]);
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
     }
     double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
@@ -717,13 +720,15 @@ Batch batch_of_step(const Setup& s, int step) {
 // (src/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
 // step line, busy µs, span µs and peak stash bytes, in its own slots (zero in every other rank's,
 // so the sum is each rank's own value, exactly).
-std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span, size_t stash) {
-    std::vector<double> slots(1 + 3 * size_t(ranks), 0.0);
+std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span,
+                               const TransformerStage& stage) {
+    std::vector<double> slots(1 + 4 * size_t(ranks), 0.0);
     slots[0] = interrupt_signal() ? 1.0 : 0.0;
     for (const pp::Event& e : timeline)
-        if (!e.comm) slots[1 + 3 * rank] += e.end - e.start;
-    slots[2 + 3 * rank] = span;
-    slots[3 + 3 * rank] = double(stash);
+        if (!e.comm) slots[1 + 4 * rank] += e.end - e.start;
+    slots[2 + 4 * rank] = span;
+    slots[3 + 4 * rank] = double(stage.peak_stash_bytes());
+    slots[4 + 4 * rank] = stage.peak_stashes();
     return slots;
 }
 
@@ -754,7 +759,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
         double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 
-        std::vector<double> slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage.peak_stash_bytes());
+        std::vector<double> slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage);
         auto dump = [&] {
             if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);
         };
@@ -825,7 +830,6 @@ void read_flags(World& w, Setup& s, Args& a) {
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
-    w.V = int(a.integer("--chunks", 1, 1, pp::kMaxChunks));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
     w.threads = int(a.integer("--threads", 1, 1, 256));
     w.lr = a.real("--lr", 1e-3, 0);
@@ -843,20 +847,67 @@ void read_flags(World& w, Setup& s, Args& a) {
                                  std::to_string(w.D * w.M));
 }
 
+// --schedule auto: each stage's F, BI, BW (the sums of its layers' measured times) and the time
+// of one activation's copy plan a zero-bubble schedule whose stash fits --memory-cap bytes per
+// stage (default: 1F1B's peak, P micro-batches). The plan and its prediction go to the banner.
+pp::Schedule plan_auto(World& w, const LayerCosts& times, Args& a, size_t activation) {
+    std::vector<float> from(activation, 1.0f), to(activation);
+    double copy = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        auto t0 = Clock::now();
+        std::memcpy(to.data(), from.data(), activation * sizeof(float));
+        copy = std::min(copy, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::vector<pp::Costs> costs(w.P, pp::Costs{0, 0, 0, 0});
+    std::vector<int> cap(w.P, w.P);
+    std::vector<double> stash(w.P, 0.0);
+    for (int p = 0; p < w.P; p++) {
+        for (int l : w.split[p][0])
+            costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l], stash[p] += times.stash[l];
+        costs[p].comm = copy;
+        if (a.has("--memory-cap")) {
+            double bytes = a.real("--memory-cap", 0, 1);
+            cap[p] = int(std::min<double>(w.M, std::floor(bytes / std::max(stash[p], 1.0))));
+            if (cap[p] < 1)
+                throw std::runtime_error("--memory-cap: " + human_bytes(bytes) + " holds no stash of stage " +
+                                         std::to_string(p) + " (one micro-batch leaves " + human_bytes(stash[p]) + ")");
+        }
+    }
+    pp::Schedule plan = pp::auto_schedule(w.P, w.M, costs, cap);
+    pp::SimResult r = pp::simulate(plan, costs);
+    char line[256];
+    std::snprintf(line, sizeof line, "auto: planned from measured costs: predicted step %.1f ms, bubble %.1f%%; peak stash per stage",
+                  1e3 * r.makespan, 100 * r.bubble);
+    w.plan_note = line;
+    for (int p = 0; p < w.P; p++)
+        w.plan_note += " " + std::to_string(r.peak_live[p]) + " (" + human_bytes(r.peak_live[p] * stash[p]) + ", cap " +
+                       std::to_string(cap[p]) + ")";
+    return plan;
+}
+
 // The schedule, the devices, the split of the layers over the ranks, and how the layers run.
 void plan_pipeline(World& w, const Setup& s, Args& a) {
     w.recompute = parse_recompute(a.str("--recompute", "none"));
     w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
-    w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
-    pp::validate(w.schedule);
+    bool planned = w.schedule_name == "auto";   // from the measured costs, below
+    w.V = int(a.integer("--chunks", default_chunks(w.schedule_name), 1, pp::kMaxChunks));
+    if (planned && w.V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
+    if (a.has("--memory-cap") && !planned) throw std::runtime_error("--memory-cap: only with --schedule auto");
+    if (!planned) w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
     w.device = parse_device(a.str("--device", "cpu"));
     w.gpus = w.device.cuda ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
-    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "params"), s.B / (w.D * w.M), s.T, w.device);
+    int rows = s.B / (w.D * w.M);
+    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", planned ? "time" : "params"), rows, s.T, w.device);
+    LayerCosts times = !planned || costs.by == "time" ? costs : layer_costs(s.cfg, "time", rows, s.T, w.device);
 #ifdef PIPETRAIN_MPI
-    // Measured times differ from process to process: every rank takes rank 0's, so all split alike.
-    if (w.mpi) w.mpi->broadcast(costs.cost.data(), costs.cost.size() * sizeof(double), 0);
+    // Measured times differ from process to process: every rank takes rank 0's, so all split and plan alike.
+    if (w.mpi)
+        for (LayerCosts* c : {&costs, &times})
+            for (std::vector<double>* v : {&c->cost, &c->f, &c->bi, &c->bw, &c->stash})
+                if (!v->empty()) w.mpi->broadcast(v->data(), v->size() * sizeof(double), 0);
 #endif
-    w.split = split_layers(costs, w.P, w.V);
+    w.split = split_layers(costs, w.P, w.V, planned ? pp::Placement::loop : w.schedule.placement);
+    if (planned) w.schedule = plan_auto(w, times, a, size_t(rows) * s.T * s.cfg.hidden_size);
     w.owner.assign(num_model_layers(s.cfg), 0);
     for (int p = 0; p < w.P; p++)
         for (const auto& chunk : w.split[p])
@@ -921,6 +972,7 @@ void make_state_and_ranks(World& w, const Setup& s, Args& a, const nlohmann::jso
     for (int r = 0; r < R; r++)
         if (!w.mpi || r == w.rank) make_rank(w, r);
     w.peak_stash.assign(w.P, 0.0);
+    w.peak_stashes.assign(w.P, 0);
     w.trace = a.has("--trace");
 }
 
@@ -971,6 +1023,7 @@ void print_banner(const World& w, const Setup& s, Args& a) {
                                     : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
     std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
                 w.schedule_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
+    if (!w.plan_note.empty()) std::printf("%s\n", w.plan_note.c_str());
     std::printf("device: %s", w.device.name().c_str());
     if (w.device.cuda && !w.mpi) {
         std::printf(" | ranks on");
@@ -1055,6 +1108,8 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
     }
     std::printf("peak stash bytes per stage:");
     for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.peak_stash[p]);
+    std::printf("\npeak stashes per stage (micro-batch, chunk):");
+    for (int p = 0; p < w.P; p++) std::printf(" %d", w.peak_stashes[p]);
     std::printf("\n");
     if (int sig = interrupt_signal()) {   // after the last step: the run is complete, only the evaluation is skipped
         std::fflush(stdout);
@@ -1113,7 +1168,7 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
 // rank is left waiting for one that has gone.
 int train_main(const std::vector<std::string>& argv, const std::string& program) {
     Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
-                  "--seq", "--schedule", "--chunks", "--recompute", "--steps", "--lr", "--seed", "--dropout",
+                  "--seq", "--schedule", "--chunks", "--memory-cap", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
                   "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
@@ -1206,11 +1261,11 @@ int eval_main(const std::vector<std::string>& argv) {
 // ---- pipetrain schedule / partition ------------------------------------------------------
 
 int schedule_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--trace"});
+    Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace"}, {"--overlap"});
     int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
-    int V = int(a.integer("--chunks", 1, 1, pp::kMaxChunks));
-    pp::Schedule sched = make_schedule(a.str("--schedule", "1f1b"), P, M, V);
-    pp::validate(sched);
+    std::string name = a.str("--schedule", "1f1b");
+    int V = int(a.integer("--chunks", default_chunks(name), 1, pp::kMaxChunks));
+    if (a.has("--memory-cap") && name != "auto") throw std::runtime_error("--memory-cap: only with --schedule auto");
     pp::Costs costs;
     if (a.has("--costs")) {   // times of one micro-batch: F and BI must take some, BW and comm may not
         std::vector<std::string> f = split(a.str("--costs"), ',');
@@ -1225,6 +1280,15 @@ int schedule_main(const std::vector<std::string>& argv) {
             throw std::runtime_error("--costs: expected f,bi,bw,comm: four numbers in [0, 1e6], f and bi above 0, got \"" +
                                      a.str("--costs") + "\"");
         costs.f = c[0], costs.bi = c[1], costs.bw = c[2], costs.comm = c[3];
+    }
+    costs.overlap = a.has("--overlap");   // DualPipe's F&B pairs cost max(F, B)
+    pp::Schedule sched;
+    if (name == "auto") {   // the cap counts micro-batch stashes here: there is no model to weigh them
+        if (V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
+        int cap = int(a.integer("--memory-cap", P, 1, 1 << 20));
+        sched = pp::auto_schedule(P, M, std::vector<pp::Costs>(P, costs), std::vector<int>(P, cap));
+    } else {
+        sched = make_schedule(name, P, M, V);
     }
     pp::SimResult r = pp::simulate(sched, costs);
     std::printf("%s", pp::ascii_timeline(r.events, P, 100).c_str());

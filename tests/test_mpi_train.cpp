@@ -93,6 +93,12 @@ TEST_CASE("processes write the bits of threads: gpipe, 1f1b, interleaved, zb-h1"
     same_bits(2, common(2) + " --schedule zb-h1 --micro-batches 4");
 }
 
+TEST_CASE("processes write the bits of threads: the V shape (ZB-V, DualPipeV) and late sends (looped BFS)") {
+    same_bits(2, common(2) + " --schedule zbv --micro-batches 4");
+    same_bits(2, common(2) + " --schedule dualpipev --micro-batches 4");
+    same_bits(2, common(2) + " --schedule looped-bfs --chunks 2 --micro-batches 8");
+}
+
 TEST_CASE("processes write the bits of threads: --recompute full, dp 2 x pp 2") {
     same_bits(2, common(2) + " --recompute full --micro-batches 2");
     same_bits(4, common(2) + " --dp 2 --micro-batches 2");

@@ -188,6 +188,29 @@ TEST_CASE("--partition memory: the split `partition --by memory` prints, and 1F1
     }
 }
 
+TEST_CASE("pipetrain schedule plans auto from given costs; train --schedule auto prints its plan and runs it") {
+    Run plan = run_cli("schedule --stages 4 --micro-batches 8 --schedule auto --costs 1,1,1,0");
+    REQUIRE_MESSAGE(plan.code == 0, plan.out);
+    // With the default cap (P = 4 stashes) the plan is no worse than ZB-H1's 3 idle units per rank.
+    Run h1 = run_cli("schedule --stages 4 --micro-batches 8 --schedule zb-h1 --costs 1,1,1,0");
+    CHECK(std::stod(value_after(plan.out, "makespan ")) <= std::stod(value_after(h1.out, "makespan ")));
+    CHECK(plan.out.find("rank 0: peak live micro-batches 4") != std::string::npos);
+    Run tight = run_cli("schedule --stages 4 --micro-batches 8 --schedule auto --memory-cap 1");
+    CHECK(tight.out.find("rank 0: peak live micro-batches 1") != std::string::npos);
+    // The V shape: rank 0 runs both the first and the last stage.
+    Run v = run_cli("schedule --stages 2 --micro-batches 4 --schedule zbv");
+    REQUIRE_MESSAGE(v.code == 0, v.out);
+    CHECK(v.out.find("rank 0 |F0") != std::string::npos);
+
+    std::string out = temp_dir("auto_train");
+    Run t = run_cli("train --preset tiny --data " + kSample + " --stages 2 --micro-batches 4 --batch 8 --seq 16 --steps 2"
+                    " --schedule auto --memory-cap 1000000 --out " + out);
+    REQUIRE_MESSAGE(t.code == 0, t.out);
+    CHECK(t.out.find("auto: planned from measured costs: predicted step") != std::string::npos);
+    CHECK(t.out.find("schedule auto") != std::string::npos);
+    fs::remove_all(out);
+}
+
 TEST_CASE("pipetrain CMD --help prints that command's usage and exits 0") {
     struct Case { std::string args, has, lacks; };
     for (const Case& c : {Case{"train --help", "--micro-batches", "fill-mask"}, Case{"generate -h", "--temperature", "--stages"},
@@ -292,6 +315,16 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"schedule --costs inf,1,1,0", "--costs"},
         {"schedule --costs 1,2,1,0,9", "--costs"},
         {"schedule --costs 0,0,0,0", "--costs"},
+        {"schedule --schedule zbv --chunks 3", "--chunks: zbv holds 2 chunks per rank (the V shape), got 3"},
+        {"schedule --schedule zb-h2 --chunks 2", "--chunks: only interleaved, interleaved-zb and looped-bfs take chunks"},
+        {"schedule --schedule dualpipev --stages 4 --micro-batches 6", "dualpipev: DualPipeV needs at least 2P micro-batches (M=6, P=4)"},
+        {"schedule --schedule 1f1b --memory-cap 4", "--memory-cap: only with --schedule auto"},
+        {"schedule --schedule auto --chunks 2", "--chunks: the auto schedule plans one chunk per rank"},
+        {"schedule --schedule auto --memory-cap 0", "--memory-cap"},
+        {"train --preset tiny --data " + kSample + " --memory-cap 100000", "--memory-cap: only with --schedule auto"},
+        {"train --preset tiny --data " + kSample + " --stages 2 --schedule auto --memory-cap 1000",
+         "--memory-cap: 1K holds no stash of stage 0"},
+        {"train --preset tiny --data " + kSample + " --stages 4 --schedule zbv", "--stages: 4 stages × 2 chunks need at least 8 layers"},
         {"partition --model " + fixture("bad/base_tiny") + " --seq 9", "--seq: 9 exceeds the model's max_position_embeddings 8"},   // it crashed
         {"partition --model " + fixture("bad/base_tiny") + " --preset tiny", "--model / --preset: give exactly one of them"},
         {"frobnicate", "unknown command \"frobnicate\""},

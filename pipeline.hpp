@@ -895,14 +895,12 @@ inline SimResult simulate(const Schedule& schedule, const Costs& costs = {}, int
 // So BW is delayed while memory allows; at the cap, F waits and the BWs that free memory run.
 // F, BI and BW each take micro-batches in increasing order (one device's bits). costs[r] are rank
 // r's times, costs[r].comm its transfer to a neighbour; cap[r] counts micro-batch stashes (a
-// caller with bytes divides by one stash's). With unit costs the result is no worse than ZB-H1
-// at cap = P (1F1B's peak) and than ZB-H2 at cap = 2P (tests/test_schedule.cpp).
-inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, const std::vector<int>& cap) {
-    detail::check_sizes("auto_schedule", P, M);
-    if (int(costs.size()) != P || int(cap.size()) != P)
-        throw std::invalid_argument("auto_schedule: need the costs and the memory cap of each of the " + std::to_string(P) + " ranks");
-    for (int r = 0; r < P; r++)
-        if (cap[r] < 1) throw std::invalid_argument("auto_schedule: rank " + std::to_string(r) + "'s cap holds no stash");
+// caller with bytes divides by one stash's). The greedy plan is then simulated against 1F1B,
+// ZB-H1 and ZB-H2, and the fastest that fits the cap is returned, so auto is never worse than a
+// fixed schedule that fits. With unit costs the greedy plan alone already matches ZB-H1 at
+// cap = P (1F1B's peak) and ZB-H2 at cap = 2P (tests/test_schedule.cpp).
+namespace detail {
+inline Schedule plan_greedy(int P, int M, const std::vector<Costs>& costs, const std::vector<int>& cap) {
     const double never = HUGE_VAL;  // a time not known yet: its producer has not been planned
     std::vector<std::vector<double>> f_end(P, std::vector<double>(M, never)), bi_end = f_end;
     struct Rank { double clock = 0; int f = 0, bi = 0, bw = 0; bool after_bi = false; };
@@ -941,8 +939,28 @@ inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, con
         if (a.op == Op::BW) me.bw++;
         schedule[r].push_back(a);
     }
-    validate(schedule, M, 1);
     return schedule;
+}
+}  // namespace detail
+
+inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, const std::vector<int>& cap) {
+    detail::check_sizes("auto_schedule", P, M);
+    if (int(costs.size()) != P || int(cap.size()) != P)
+        throw std::invalid_argument("auto_schedule: need the costs and the memory cap of each of the " + std::to_string(P) + " ranks");
+    for (int r = 0; r < P; r++)
+        if (cap[r] < 1) throw std::invalid_argument("auto_schedule: rank " + std::to_string(r) + "'s cap holds no stash");
+    Schedule schedule = detail::plan_greedy(P, M, costs, cap);
+    // The greedy plan, or a fixed schedule that fits the cap, whichever simulate says is faster
+    // on these costs (the greedy one's clock knows nothing of groups of transfers).
+    Schedule best = schedule;
+    double fastest = simulate(schedule, costs).makespan;
+    for (const Schedule& s : {one_f_one_b(P, M), zero_bubble_h1(P, M), zero_bubble_h2(P, M)}) {
+        SimResult r = simulate(s, costs);
+        bool fits = true;
+        for (int q = 0; q < P; q++) fits = fits && r.peak_live[q] <= cap[q];
+        if (fits && r.makespan < fastest) best = s, fastest = r.makespan;
+    }
+    return best;
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Pipeline benchmark (prints, asserts nothing): per-layer costs of the tiny model, real pipelined
-# training steps for P = 1, 2, 4 with gpipe and 1f1b (stages are threads), their measured makespan
-# (median over steps) against pp::simulate, and the speed-up against one stage and the theory
-# M/(M+P-1)·P. The last lines are a markdown table, also written to docs/pipeline-bench.md
+# Pipeline benchmark (prints, asserts nothing): per-layer costs of the tiny model with 6 blocks
+# (8 layers, so that P = 4 with two chunks per rank has a layer per virtual stage), real pipelined
+# training steps for P = 1, 2, 4 with every schedule (stages are threads; two chunks per rank for
+# interleaved, interleaved-zb and looped-bfs, the V shape's two for zbv and dualpipev; auto planned
+# from the measured per-stage costs), their measured makespan (median over steps) against
+# pp::simulate, and the speed-up against one stage and the theory M/(M+P-1)·P of 1F1B. The last
+# lines are a markdown table, also written to docs/pipeline-bench.md
 # (generated here, never typed by hand; the README links to it).
 # Extra arguments go to `pipetrain bench-pipeline`, e.g. --preset small --steps 20 --stages 1,2.
 set -euo pipefail
@@ -17,8 +20,9 @@ fi
 mkdir -p docs
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-build/pipetrain bench-pipeline --preset tiny --batch 32 --seq 64 --micro-batches 8 --stages 1,2,4 \
-  --schedules gpipe,1f1b --steps 20 "$@" | tee "$log"
+build/pipetrain bench-pipeline --preset tiny --blocks 6 --batch 32 --seq 64 --micro-batches 8 --stages 1,2,4 \
+  --schedules gpipe,1f1b,interleaved,looped-bfs,zb-h1,zb-h2,interleaved-zb,zbv,dualpipev,auto --chunks 2 \
+  --steps 20 "$@" | tee "$log"
 # Processes against threads (issue #15): the same 2-stage 1F1B training as 2 MPI processes and as
 # 2 threads of one process, tok/s over the same window (from step 1 to the last step; the step
 # line's figure), so the ratio is what the processes pay for their copies through MPI.

@@ -294,8 +294,9 @@ TEST_CASE("auto: no worse than ZB-H1 at 1F1B's memory and than ZB-H2 at twice it
         for (int M : {1, 2, P, 2 * P, 3 * P, 4 * P}) {
             INFO("P=" << P << " M=" << M);
             std::vector<Costs> unit(P);
-            SimResult tight = simulate(auto_schedule(P, M, unit, std::vector<int>(P, P)));
-            SimResult loose = simulate(auto_schedule(P, M, unit, std::vector<int>(P, 2 * P)));
+            // The greedy plan alone, before auto compares it with the fixed schedules.
+            SimResult tight = simulate(detail::plan_greedy(P, M, unit, std::vector<int>(P, P)));
+            SimResult loose = simulate(detail::plan_greedy(P, M, unit, std::vector<int>(P, 2 * P)));
             CHECK(tight.bubble <= simulate(zero_bubble_h1(P, M)).bubble + 1e-12);
             CHECK(loose.bubble <= simulate(zero_bubble_h2(P, M)).bubble + 1e-12);
             for (int r = 0; r < P; r++) {
@@ -306,6 +307,19 @@ TEST_CASE("auto: no worse than ZB-H1 at 1F1B's memory and than ZB-H2 at twice it
             SimResult one = simulate(auto_schedule(P, M, unit, std::vector<int>(P, 1)));
             for (int r = 0; r < P; r++) CHECK(one.peak_live[r] == 1);
         }
+    // Other costs: auto is never slower than a fixed schedule that fits its cap, and its greedy
+    // plan beats them where BW is cheap (F = 1, BI = 1.5, BW = 0.5 at 2P: 28 against ZB-H2's 28.5).
+    for (Costs c : {Costs{1, 1, 0.5, 0}, Costs{1, 1.5, 0.5, 0}, Costs{1, 2, 1, 0}, Costs{1, 1, 1, 0.2}}) {
+        INFO("costs " << c.f << "/" << c.bi << "/" << c.bw << "/" << c.comm);
+        std::vector<Costs> v(4, c);
+        double tight = simulate(auto_schedule(4, 8, v, std::vector<int>(4, 4)), v).makespan;
+        double loose = simulate(auto_schedule(4, 8, v, std::vector<int>(4, 8)), v).makespan;
+        CHECK(tight <= simulate(zero_bubble_h1(4, 8), v).makespan);
+        CHECK(tight <= simulate(one_f_one_b(4, 8), v).makespan);
+        CHECK(loose <= simulate(zero_bubble_h2(4, 8), v).makespan);
+    }
+    std::vector<Costs> cheap_bw(4, Costs{1, 1.5, 0.5, 0});
+    CHECK(simulate(auto_schedule(4, 8, cheap_bw, std::vector<int>(4, 8)), cheap_bw).makespan == doctest::Approx(28.0));
     // Unequal stages: the plan sees each rank's own costs (a slow last stage), and beats ZB-H1 on them.
     std::vector<Costs> skewed = {{1, 1, 1, 0}, {1, 1, 1, 0}, {1, 1, 1, 0}, {2, 2, 2, 0}};
     SimResult planned = simulate(auto_schedule(4, 12, skewed, std::vector<int>(4, 4)), skewed);

@@ -172,3 +172,20 @@ TEST_CASE("14_bring_your_own_model: pipeline.hpp alone, 1F1B and ZB-H1 give one 
     CHECK(!has(r.out, "max difference"));
     CHECK(numbers(r.out, R"(\nrank 3 \|[^\n]*\|\n)").size() == 2);   // both measured timelines
 }
+
+TEST_CASE("15_v_shape: ZB-V's bubble is its formula, auto keeps its caps and beats ZB-H2, ZB-V trains bitwise") {
+    Run r = run_tutorial("15_v_shape");
+    auto zbv = numbers(r.out, R"(\nzbv +makespan +[0-9.]+ \| bubble +([0-9.]+)%)");
+    auto formula = numbers(r.out, R"(formula: zbv's bubble \(P-1\)/\(6M\+P-1\) = ([0-9.]+)%)");
+    REQUIRE(zbv.size() == 1);
+    REQUIRE(formula.size() == 1);
+    CHECK(zbv[0][0] == formula[0][0]);
+    auto h2 = numbers(r.out, R"(zb-h2 ([0-9.]+) \(8\))");
+    auto plans = numbers(r.out, R"(auto, cap ([0-9]+) stashes: makespan ([0-9.]+) \| bubble [0-9.]+% \| most stashes ([0-9]+))");
+    REQUIRE(h2.size() == 1);
+    REQUIRE(plans.size() == 3);
+    for (const auto& p : plans) CHECK(p[2] <= p[0]);   // the cap holds
+    CHECK(plans[2][1] < h2[0][0]);                      // 2P stashes: better than ZB-H2
+    CHECK(plans[0][1] > plans[1][1]);                   // less memory, longer step
+    check_bitwise(r.out, {"parameters"});
+}

@@ -71,14 +71,16 @@ struct Model {
 };
 
 // The layers are split by their FLOPs per token (deterministic, unlike measured time, so every
-// run prints the same split) over the P*V virtual stages; stage s lives on rank s % P as chunk s / P.
-inline std::vector<std::vector<std::vector<int>>> split_layers(const ModelConfig& cfg, int P, int V = 1) {
+// run prints the same split) over the P*V virtual stages; which rank and chunk hold stage s is
+// the placement's (loop: rank s % P, chunk s / P).
+inline std::vector<std::vector<std::vector<int>>> split_layers(const ModelConfig& cfg, int P, int V = 1,
+                                                               pp::Placement placement = pp::Placement::loop) {
     std::vector<double> flops;
     for (int i = 0; i < num_model_layers(cfg); i++) flops.push_back(layer_flops_per_token(cfg, i, 32));
     std::vector<int> bounds = pp::partition(flops, P * V);
     std::vector<std::vector<std::vector<int>>> split(P, std::vector<std::vector<int>>(V));   // [rank][chunk]
     for (int s = 0; s < P * V; s++)
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) split[s % P][s / P].push_back(l);
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) split[pp::Layout{P, V, placement}.rank(s)][s / P].push_back(l);
     return split;
 }
 
@@ -94,10 +96,10 @@ inline std::unique_ptr<TransformerStage> make_stage(const ModelConfig& cfg, cons
 }
 
 inline Model make_model(const ModelConfig& cfg, int P, int V = 1, Recompute recompute = Recompute::none,
-                        int D = 1, float dropout = 0.1f) {
+                        int D = 1, float dropout = 0.1f, pp::Placement placement = pp::Placement::loop) {
     Model m;
     m.cfg = cfg, m.P = P, m.V = V, m.D = D;
-    m.split = split_layers(cfg, P, V);
+    m.split = split_layers(cfg, P, V, placement);
     for (int i = 0; i < P * D; i++) {
         m.stages.push_back(make_stage(cfg, m.split[i % P], recompute, dropout));
         m.optim.push_back(std::make_unique<Optimizer>(*m.stages.back()));

@@ -8,7 +8,7 @@
 set -uo pipefail
 if [ "${1:-}" = --nccl-vs-thread ]; then  # internal, run by a check in the build folder: LAYOUT...
     shift
-    out=nccl-vs-thread-${EMU_GPUS:-1}
+    out=nccl-vs-thread-${EMU_GPUS:-1}${EMU_TAG:-}
     train="./pipetrain train --preset tiny --data $(cd "$(dirname "$0")/.." && pwd)/tests/fixtures/text/sample_zh.txt
            --steps 3 --batch 8 --seq 32 --seed 11 --dropout 0.1 --lr 1e-3 --device cuda $*"
     $train --out "$out-auto" | tee "$out-auto.log" && $train --comm thread --out "$out-thread" || exit 1
@@ -66,6 +66,9 @@ if [ $SELFTEST = 0 ]; then
     # NcclComm (emulated NCCL) against ThreadComm: pipeline send/recv, then data-parallel all-reduces.
     check "train nccl = thread EMU_GPUS=2 stages 2" "" EMU_GPUS=2 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4
     check "train nccl = thread EMU_GPUS=4 stages 2 dp 2" "" EMU_GPUS=4 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --dp 2 --micro-batches 2
+    # The V shape: rank 1's turn is a send to itself inside a group; looped BFS needs late sends.
+    check "train nccl = thread EMU_GPUS=2 zbv" "" EMU_GPUS=2 EMU_TAG=-zbv bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4 --schedule zbv
+    check "train nccl = thread EMU_GPUS=2 looped-bfs" "" EMU_GPUS=2 EMU_TAG=-bfs bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 8 --schedule looped-bfs --chunks 2
     # A full GPU under one rank: the run stops with that rank named (no hang, no traceback), and
     # leaves no --out behind (an "oom-run left behind" exits 0, which fails the check).
     rm -rf "$B/oom-run"

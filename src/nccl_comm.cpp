@@ -268,7 +268,7 @@ void NcclComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{
 // NCCL matches messages between two ranks in posting order (it has no tags); pp::validate
 // proves every schedule posts them in the same order on both sides.
 void NcclComm::group(const std::vector<P2POp>& ops) {
-    std::vector<P2POp> host_ops;
+    std::vector<P2POp> host_ops, to_self;
     void*& comm = world_.comms_[rank_];
     bool any = false;
     NCCL_CHECK(nccl().ncclGroupStart());
@@ -278,11 +278,24 @@ void NcclComm::group(const std::vector<P2POp>& ops) {
             continue;
         }
         if (op.bytes == 0) continue;
+        if (op.peer == rank_) {   // between two chunks of this rank (the V shape's turn): a copy below
+            to_self.push_back(op);
+            continue;
+        }
         any = true;
         if (op.send) NCCL_CHECK(nccl().ncclSend(op.data, op.bytes, ncclChar, op.peer, as_comm(comm), stream()));
         else NCCL_CHECK(nccl().ncclRecv(op.data, op.bytes, ncclChar, op.peer, as_comm(comm), stream()));
     }
     NCCL_CHECK(nccl().ncclGroupEnd());
+    // Each receive from this rank takes the send of the same tag (the plan posts both together).
+    for (const P2POp& in : to_self) {
+        if (in.send) continue;
+        auto out = std::find_if(to_self.begin(), to_self.end(), [&](const P2POp& o) { return o.send && o.tag == in.tag; });
+        if (out == to_self.end() || out->bytes != in.bytes)
+            throw std::runtime_error("rank " + std::to_string(rank_) + ": a receive from itself (tag " + std::to_string(in.tag) +
+                                     ") without its send of the same size in the group");
+        pt::copy_bytes(in.data, out->data, in.bytes);
+    }
     if (any) wait(comm, "send/recv (tag " + std::to_string(ops.front().tag) + ")");
     if (!host_ops.empty()) host_.group(host_ops);
 }

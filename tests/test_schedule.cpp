@@ -262,6 +262,20 @@ TEST_CASE("every new schedule's simulated bubble and memory equal the formulas i
                 CHECK(simulate(zbv(P, M), overlapped).makespan == doctest::Approx(6 * M + P - 1));  // no pairs
             }
         }
+    // Looped BFS runs its backwards in increasing micro-batch order; PyTorch's reversed order
+    // simulates to the same bubble, so keeping one device's order costs nothing.
+    for (int P : {2, 4, 8})
+        for (int V : {2, 3})
+            for (int M : {1, P / 2 + 1, P, 2 * P, 4 * P}) {
+                Schedule reversed(P);
+                for (auto& actions : reversed) {
+                    for (int c = 0; c < V; c++)
+                        for (int mb = 0; mb < M; mb++) actions.push_back({Op::F, mb, c});
+                    for (int c = V - 1; c >= 0; c--)
+                        for (int mb = M - 1; mb >= 0; mb--) actions.push_back({Op::B, mb, c});
+                }
+                CHECK(simulate(reversed).bubble == doctest::Approx(simulate(looped_bfs(P, M, V)).bubble));
+            }
     CHECK_THROWS_AS(dualpipev(4, 7), std::invalid_argument);
     for (int P = 1; P <= 5; P++)
         for (int M = P; M <= 12; M += P) CHECK(interleaved_zero_bubble(P, M, 1) == zero_bubble_h1(P, M));

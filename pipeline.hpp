@@ -967,24 +967,46 @@ inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, con
 // Timeline: ASCII Gantt chart and Chrome trace
 // ----------------------------------------------------------------------------------------------
 // One line per rank; each action is drawn as its short name ("F3", "B3", "I3" for BI, "W3" for
-// BW; lower case on odd chunks) padded with '-'; '.' is idle or waiting for a transfer.
-inline std::string ascii_timeline(const std::vector<Event>& events, int P, int width = 100) {
+// BW; lower case on odd chunks) padded with '-'; '.' is idle or waiting for a transfer. A box too
+// narrow for its name shows the micro-batch alone (or nothing), and the names dropped are listed
+// under the chart; a legend ends it. `width` counts whole lines, "rank N |" included; 0: the
+// terminal's ($COLUMNS), else 100.
+inline std::string ascii_timeline(const std::vector<Event>& events, int P, int width = 0) {
+    if (width <= 0) {
+        const char* columns = std::getenv("COLUMNS");
+        width = columns && std::atoi(columns) > 0 ? std::atoi(columns) : 100;
+    }
+    auto prefix = [&](int r) {
+        std::string n = std::to_string(r);
+        return "rank " + std::string(std::to_string(std::max(P - 1, 0)).size() - n.size(), ' ') + n + " |";
+    };
+    int cols = std::max(width - int(prefix(0).size()) - 1, 8);
     double makespan = 0;
     for (const Event& e : events) makespan = std::max(makespan, e.end);
-    std::vector<std::string> rows(P, std::string(std::max(width, 1), '.'));
-    double scale = makespan > 0 ? width / makespan : 0;
+    std::vector<std::string> rows(P, std::string(cols, '.'));
+    std::vector<std::string> dropped;
+    double scale = makespan > 0 ? cols / makespan : 0;
     for (const Event& e : events) {
         if (e.comm || e.rank < 0 || e.rank >= P || !(e.start >= 0 && e.end <= makespan)) continue;  // NaN too
         const char* letters = "FBIW";
         char op = letters[int(e.action.op)];
         if (e.action.chunk % 2 == 1) op = char(op - 'A' + 'a');
-        std::string label = op + std::to_string(e.action.microbatch);
-        int a = int(e.start * scale + 0.5), b = std::max(a + 1, int(e.end * scale + 0.5));
-        for (int c = a; c < std::min(b, width); c++) rows[e.rank][c] = c - a < int(label.size()) ? label[c - a] : '-';
+        std::string number = std::to_string(e.action.microbatch), label = op + number;
+        int a = std::min(int(e.start * scale + 0.5), cols - 1), b = std::min(std::max(a + 1, int(e.end * scale + 0.5)), cols);
+        if (b - a < int(label.size())) {
+            dropped.push_back("rank " + std::to_string(e.rank) + " " + label);
+            label = b - a >= int(number.size()) ? number : "";
+        }
+        for (int c = a; c < b; c++) rows[e.rank][c] = c - a < int(label.size()) ? label[c - a] : '-';
     }
     std::string out;
-    for (int r = 0; r < P; r++) out += "rank " + std::to_string(r) + " |" + rows[r] + "|\n";
-    return out;
+    for (int r = 0; r < P; r++) out += prefix(r) + rows[r] + "|\n";
+    if (!dropped.empty()) {
+        out += "too narrow to name (" + std::to_string(dropped.size()) + "):";
+        for (size_t i = 0; i < dropped.size() && i < 8; i++) out += (i ? ", " : " ") + dropped[i];
+        out += dropped.size() > 8 ? ", ... (a wider chart: width or $COLUMNS)\n" : "\n";
+    }
+    return out + "F3 = forward of micro-batch 3, B backward, I/W input/weight gradient, a-z odd chunk, - running, . idle\n";
 }
 
 // JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: one track per rank, times in µs

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CPU benchmark against PyTorch and OpenBLAS, measured here, in one window, the two sides
-# alternating (prints, asserts nothing). Writes docs/cpu-bench.md (generated, never typed):
+# alternating (prints, asserts nothing). Writes runs/cpu-bench.md, or docs/cpu-bench.md with
+# --update-docs (generated, never typed):
 #   1. GEMM: pipetrain's ops::gemm (pipetrain bench-gemm) against OpenBLAS's sgemm (through
 #      torch.mm), GFLOP/s at 1024^3 and at every GEMM shape of the `small` step, 1 and 2 threads;
 #   2. the train step: pipetrain train against scripts/bench_cpu_peer.py (plain PyTorch, the same
@@ -8,11 +9,19 @@
 #   3. where pipetrain's step spends its time (PIPETRAIN_PROFILE=1).
 # The peer needs Debian's python3-torch (and OpenBLAS: libopenblas0-pthread, without which torch
 # uses the reference BLAS); both are installed here when apt can, and skipped, saying so, when not.
-#   scripts/bench_cpu.sh [--quick]     --quick: fewer steps and rounds (a smoke run, noisier)
+#   scripts/bench_cpu.sh [--quick] [--update-docs]     --quick: fewer steps and rounds (a smoke run, noisier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
-[ "${1:-}" = --quick ] && quick=1
+table=runs/cpu-bench.md   # running the bench does not change the tree; --update-docs does
+for arg in "$@"; do
+  case $arg in
+    --quick) quick=1 ;;
+    --update-docs) table=docs/cpu-bench.md ;;
+    *) echo "bench_cpu.sh: unknown argument $arg (expected --quick, --update-docs)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$(dirname "$table")"
 rounds=$((quick ? 1 : 3)); steps=$((quick ? 4 : 10)); seconds=$([ $quick = 1 ] && echo 0.2 || echo 0.6)
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -175,5 +184,5 @@ echo "$profile"
   echo "holds start-up (model init, first touch of memory) and everything outside the ops."
   echo
   echo "$profile"
-} >docs/cpu-bench.md
-echo "table written to docs/cpu-bench.md"
+} >"$table"
+echo "table written to $table"

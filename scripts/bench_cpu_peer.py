@@ -18,7 +18,10 @@ import struct
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a pyenv or venv python without it: say how to get it, not a traceback
+    sys.exit("scripts/bench_cpu_peer.py: needs numpy: sudo apt-get install python3-numpy, then run it as scripts/bench_cpu_peer.py (its shebang is /usr/bin/python3, Debian's python)")
 
 PRESETS = {  # V, C, L, NH, I, max positions, token types: src/config.cpp
     "tiny": (4000, 64, 4, 4, 256, 128, 2),

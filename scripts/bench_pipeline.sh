@@ -5,11 +5,14 @@
 # interleaved, interleaved-zb and looped-bfs, the V shape's two for zbv and dualpipev; auto planned
 # from the measured per-stage costs), their measured makespan (median over steps) against
 # pp::simulate, and the speed-up against one stage and the theory M/(M+P-1)·P of 1F1B. The last
-# lines are a markdown table, also written to docs/pipeline-bench.md
+# lines are a markdown table, also written to runs/pipeline-bench.md, or with --update-docs (the
+# first argument) to docs/pipeline-bench.md
 # (generated here, never typed by hand; the README links to it).
 # Extra arguments go to `pipetrain bench-pipeline`, e.g. --preset small --steps 20 --stages 1,2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+table=runs/pipeline-bench.md   # running the bench does not change the tree; --update-docs does
+if [ "${1:-}" = --update-docs ]; then table=docs/pipeline-bench.md; shift; fi
 configured=$(cmake -S . -B build -DCMAKE_BUILD_TYPE=Release)
 cmake --build build -j"$(nproc)" --target pipetrain
 cores=$(nproc)
@@ -17,7 +20,7 @@ echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2
 if [ "$cores" -lt 4 ]; then
   echo "note: P = 4 runs 4 stage threads on $cores cores; they share the cores, so P = 4 cannot be faster than P = $cores"
 fi
-mkdir -p docs
+mkdir -p "$(dirname "$table")"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 build/pipetrain bench-pipeline --preset tiny --blocks 6 --batch 32 --seq 64 --micro-batches 8 --stages 1,2,4 \
@@ -56,5 +59,5 @@ fi
     echo
     echo "$proc_table"
   fi
-} > docs/pipeline-bench.md
-echo "table written to docs/pipeline-bench.md"
+} > "$table"
+echo "table written to $table"

@@ -29,7 +29,10 @@ import struct
 import sys
 import zipfile
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a pyenv or venv python without it: say how to get it, not a traceback
+    sys.exit("scripts/convert_checkpoint.py: needs numpy: sudo apt-get install python3-numpy, then run it as scripts/convert_checkpoint.py (its shebang is /usr/bin/python3, Debian's python)")
 
 UNPACK_INFO = "UnpackBigParamInfor@@"      # Paddle's spelling
 NAME_TABLE = "StructuredToParameterName@@"

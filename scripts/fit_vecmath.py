@@ -6,7 +6,11 @@
 #   erf, 1 <= |x| < 3.95: erfc(x) = Q(x - 2.475), degree 14, absolute error
 import math
 
-import numpy as np
+import sys
+try:
+    import numpy as np
+except ImportError:  # a pyenv or venv python without it: say how to get it, not a traceback
+    sys.exit("scripts/fit_vecmath.py: needs numpy: sudo apt-get install python3-numpy, then run it as scripts/fit_vecmath.py (its shebang is /usr/bin/python3, Debian's python)")
 
 
 def lawson(A, y, weight, rounds=40):

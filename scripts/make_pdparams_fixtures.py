@@ -15,7 +15,10 @@ import pickle
 import struct
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a pyenv or venv python without it: say how to get it, not a traceback
+    sys.exit("scripts/make_pdparams_fixtures.py: needs numpy: sudo apt-get install python3-numpy, then run it as scripts/make_pdparams_fixtures.py (its shebang is /usr/bin/python3, Debian's python)")
 
 
 def tensors():

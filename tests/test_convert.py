@@ -20,7 +20,10 @@ import tempfile
 import time
 import zipfile
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a pyenv or venv python without it: say how to get it, not a traceback
+    sys.exit("tests/test_convert.py: needs numpy: sudo apt-get install python3-numpy, then run it as tests/test_convert.py (its shebang is /usr/bin/python3, Debian's python)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONVERTER = os.path.join(ROOT, "scripts", "convert_checkpoint.py")

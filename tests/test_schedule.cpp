@@ -373,9 +373,22 @@ TEST_CASE("peak live micro-batches") {
 TEST_CASE("ASCII chart and Chrome trace") {
     SimResult r = simulate(interleaved(3, 6, 2));
     std::string chart = ascii_timeline(r.events, 3, 90);
-    CHECK(std::count(chart.begin(), chart.end(), '\n') == 3);
+    CHECK(std::count(chart.begin(), chart.end(), '\n') == 4);   // 3 ranks and the legend
     CHECK(chart.rfind("rank 0 |F0", 0) == 0);
     CHECK(chart.find("rank 2 |") != std::string::npos);
+    CHECK(chart.find("F3 = forward of micro-batch 3") != std::string::npos);
+    CHECK(chart.find('\n') == 90);                                // the width counts the whole line
+    // Too narrow for every name: the boxes keep the micro-batch alone and the names are listed.
+    std::string narrow = ascii_timeline(simulate(one_f_one_b(2, 12)).events, 2, 40);
+    CHECK(narrow.find("too narrow to name (") != std::string::npos);
+    CHECK(narrow.find("too narrow to name (37): rank 0 F0, rank 0 F1,") != std::string::npos);
+    CHECK(narrow.find('\n') == 40);
+    CHECK(ascii_timeline(simulate(one_f_one_b(2, 2)).events, 2, 100).find("too narrow") == std::string::npos);
+    // Width 0: the terminal's, from $COLUMNS.
+    setenv("COLUMNS", "64", 1);
+    CHECK(ascii_timeline(r.events, 3).find('\n') == 64);
+    unsetenv("COLUMNS");
+    CHECK(ascii_timeline(r.events, 3).find('\n') == 100);
 
     std::string json = chrome_trace(r.events);
     CHECK(json.rfind("{\"traceEvents\":[", 0) == 0);
@@ -396,7 +409,8 @@ TEST_CASE("bad costs, events and actions are errors, never out-of-bounds writes 
     // ascii_timeline draws what lies in [0, makespan] and skips the rest.
     std::vector<Event> events = {{0, {Op::F, 0, 0}, false, -50, 10, ""}, {1, {Op::B, 0, 0}, false, 0, NAN, ""},
                                  {0, {Op::B, 0, 0}, false, 10, 20, ""}};
-    CHECK(ascii_timeline(events, 2, 20) == "rank 0 |..........B0--------|\nrank 1 |....................|\n");
+    std::string chart = ascii_timeline(events, 2, 29);   // 20 columns of chart
+    CHECK(chart.substr(0, chart.rfind("F3 =")) == "rank 0 |..........B0--------|\nrank 1 |....................|\n");
     // chrome_trace escapes what a user's detail holds and keeps long ones whole.
     events = {{0, {Op::F, 0, 0}, false, 0, 1, "a\"b\\c\nd" + std::string(600, 'x')}};
     std::string json = chrome_trace(events);

@@ -175,7 +175,7 @@ TEST_CASE("--partition memory: the split `partition --by memory` prints, and 1F1
     std::istringstream out(r.out);
     std::string trained, peaks;
     while (std::getline(out, line)) {
-        if (line.rfind("  stage ", 0) == 0) trained += line.substr(line.find(':') + 1);
+        if (line.rfind("  stage ", 0) == 0) trained += line.substr(line.find(':') + 1, line.find(" (") - line.find(':') - 1);
         if (line.rfind("peak stash bytes per stage:", 0) == 0) peaks = line.substr(27);
     }
     CHECK(trained == split);
@@ -224,6 +224,17 @@ TEST_CASE("pipetrain CMD --help prints that command's usage and exits 0") {
         CHECK(r.out.find(c.lacks) == std::string::npos);
     }
     CHECK(run_cli("frobnicate --help").code != 0);
+    // The defaults are printed, and they are the ones a run uses.
+    Run help = run_cli("train --help");
+    CHECK(help.out.find("defaults: --preset tiny --stages 1 --micro-batches 1 --batch 8 --seq 64") != std::string::npos);
+    CHECK(help.out.find("--steps 10 --lr 1e-3") != std::string::npos);
+    std::string out = temp_dir("defaults");
+    Run r = run_cli("train --preset tiny --data " + kSample + " --out " + out);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("step 10/10") != std::string::npos);
+    CHECK(r.out.find("1 micro-batches of 8 rows") != std::string::npos);
+    CHECK(r.out.find("stage 0: [0 1 2 3 4 5] (embedding, blocks 0-3, head)") != std::string::npos);
+    fs::remove_all(out);
 }
 
 TEST_CASE("--trace: every rank of every replica on one time axis") {
@@ -296,7 +307,11 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --objective gpt", "--objective"},
         {"train --preset tiny --data " + kSample + " --schedule fast", "--schedule"},
         {"train --preset tiny --data " + kSample + " --seq 1000", "--seq"},
-        {"train --preset tiny --data " + kSample + " --frobnicate 3", "--frobnicate"},
+        {"train --preset tiny --data " + kSample + " --frobnicate 3", "--frobnicate: unknown flag (known:"},
+        {"train --preset tiny --data " + kSample + " --step 3", "--step: unknown flag; did you mean --steps?"},
+        {"train --preset tiny --data " + kSample + " --trace /proc/t.json", "--trace: cannot write in /proc"},
+        {"schedule --schedule interleaved", "--chunks: interleaved needs --chunks V"},
+        {"schedule --schedule looped-bfs --stages 2", "--chunks: looped-bfs needs --chunks V"},
         {"train --preset tiny --data " + kSample + " --lr -1e-3", "--lr: must be at least 0"},
         {"train --preset tiny --data " + kSample + " --timeout 0", "--timeout"},
         {"eval --model /no/such/dir --data " + kSample, "/no/such/dir"},
@@ -359,6 +374,31 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     std::string zero = temp_dir("zero_steps");
     CHECK(run_cli("train --preset tiny --data " + kSample + " --steps 0 --out " + zero).out.find("final loss n/a") != std::string::npos);
     fs::remove_all(zero);
+    // A loss far above guessing's ln(V) for 3 steps stops the run too (it used to save and exit 0
+    // with a final loss of 171348).
+    Run wild = run_cli("train --preset tiny --data " + kSample + " --steps 10 --lr 50 --out " + out);
+    CHECK(wild.code != 0);
+    CHECK(wild.out.find("has been above 4·ln(V) = ") != std::string::npos);
+    CHECK(wild.out.find("training diverged (lower --lr)") != std::string::npos);
+    CHECK(!fs::exists(out + "/model.safetensors"));
+    fs::remove_all(out);
+    // An existing --out that cannot be written fails before the first step (a read-only directory
+    // as a user; root writes anywhere, so /proc stands in, which nobody can write).
+    Run proc = run_cli("train --preset tiny --data " + kSample + " --steps 2 --out /proc/self/fdinfo");
+    CHECK(proc.code != 0);
+    CHECK(proc.out.find("--out: cannot write in /proc/self/fdinfo") != std::string::npos);
+    CHECK(proc.out.find("step 1/") == std::string::npos);
+    if (::geteuid() != 0) {
+        std::string ro = temp_dir("read_only");
+        fs::create_directories(ro);
+        fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+        Run r = run_cli("train --preset tiny --data " + kSample + " --steps 2 --out " + ro);
+        CHECK(r.out.find("--out: cannot write in " + ro) != std::string::npos);
+        fs::permissions(ro, fs::perms::owner_all);
+        fs::remove_all(ro);
+    } else {
+        MESSAGE("running as root: the read-only --out case is shown with /proc only");
+    }
     // A diverged run stops at the first non-finite gradient norm, before the update, saving nothing.
     Run nan = run_cli("train --preset tiny --data " + kSample + " --steps 5 --lr 1e30 --out " + out);
     CHECK(nan.code != 0);

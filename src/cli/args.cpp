@@ -1,5 +1,6 @@
 #include "src/cli/args.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +8,24 @@
 #include <stdexcept>
 
 namespace pt {
+
+namespace {
+// Levenshtein: the fewest insertions, deletions and substitutions that turn a into b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+            diagonal = up;
+        }
+    }
+    return row[b.size()];
+}
+}  // namespace
 
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
            const std::set<std::string>& switches, bool take_positional) {
@@ -27,10 +46,16 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
         } else if (switches.count(a)) {
             switches_on_.insert(a);
         } else {
-            std::string known;
-            for (const auto& s : valued) known += " " + s;
-            for (const auto& s : switches) known += " " + s;
-            throw std::runtime_error(a + ": unknown flag (known:" + known + ")");
+            std::string known, nearest;
+            size_t best = 3;   // a suggestion within two edits ("--step" for "--steps", "--seeds", "--sed")
+            for (const std::set<std::string>* names : {&valued, &switches})
+                for (const auto& s : *names) {
+                    known += " " + s;
+                    size_t d = edit_distance(a, s);
+                    if (d < best) best = d, nearest = s;
+                }
+            throw std::runtime_error(a + ": unknown flag" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
+                                     " (known:" + known + ")");
         }
     }
 }

@@ -27,5 +27,6 @@ int bench_gemm_main(const std::vector<std::string>& args);       // bench_gemm.c
 extern const char* const kScheduleNames;
 pp::Schedule make_schedule(const std::string& name, int P, int M, int V);
 int default_chunks(const std::string& name);
+bool takes_chunks(const std::string& name);   // interleaved, interleaved-zb, looped-bfs: any --chunks V
 
 }  // namespace pt

@@ -12,9 +12,13 @@ int default_chunks(const std::string& name) { return name == "zbv" || name == "d
 const char* const kScheduleNames =
     "gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev or auto";
 
+bool takes_chunks(const std::string& name) {
+    return name == "interleaved" || name == "interleaved-zb" || name == "looped-bfs";
+}
+
 // Every schedule but auto (which needs costs: plan_auto).
 pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
-    bool chunked = name == "interleaved" || name == "interleaved-zb" || name == "looped-bfs";
+    bool chunked = takes_chunks(name);
     if (default_chunks(name) == 2 && V != 2)
         throw std::runtime_error("--chunks: " + name + " holds 2 chunks per rank (the V shape), got " + std::to_string(V));
     if (!chunked && default_chunks(name) == 1 && V != 1)

@@ -387,6 +387,7 @@ struct World {
     std::vector<pp::Event> trace_events;               // every rank's last step, on rank 0's clock
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
     EvalResult final_eval;
+    int eval_step = 0;                                 // the step of the evaluation in progress
     std::atomic<int> stopped_at{0};                    // a signal stopped the run after this step (0: none did)
     Clock::time_point origin = Clock::now();
     st::Writer grads_dump;
@@ -671,6 +672,9 @@ void evaluate_during_run(World& w, pp::Comm& comm, int rank, Device mine) {
     if (rank != 0) return;
     set_device(Device{});
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
+    if (ev.targets > 0 && !std::isfinite(ev.loss()))
+        throw std::runtime_error("step " + std::to_string(w.eval_step) + ": the eval loss is not finite: the model diverged "
+                                 "(lower --lr); nothing saved after the last checkpoint");
     if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
     else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
     else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
@@ -732,6 +736,23 @@ std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>
     return slots;
 }
 
+// A model that guesses scores ln(V) (V = vocabulary, or labels of a classifier). A loss above
+// 4·ln(V) for kDivergedSteps steps in a row, or one that is not finite, stops the run on every
+// rank at once (they all know the loss), before this step's checkpoint: it has diverged.
+constexpr int kDivergedSteps = 3;
+void check_divergence(const World& w, int step, double loss, int& above) {
+    const ModelConfig& cfg = w.setup->cfg;
+    double limit = 4 * std::log(double(cfg.num_labels > 0 ? std::max(cfg.num_labels, 2) : cfg.vocab_size));
+    above = std::isfinite(loss) && loss <= limit ? 0 : above + 1;
+    if (std::isfinite(loss) && above < kDivergedSteps) return;
+    char why[96] = "is not finite";
+    if (std::isfinite(loss)) std::snprintf(why, sizeof why, "has been above 4·ln(V) = %.2f for %d steps", limit, kDivergedSteps);
+    char msg[256];
+    std::snprintf(msg, sizeof msg, "step %d: the loss %.6g %s: training diverged (lower --lr); nothing saved after the "
+                  "last checkpoint", step + 1, loss, why);
+    throw std::runtime_error(msg);
+}
+
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
     RankPlace at{w.P, w.D, rank % w.P, rank / w.P};
@@ -747,6 +768,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     int rows_per_replica = s.B / w.D, mb_rows = rows_per_replica / w.M;
     auto t_start = Clock::now();
+    int diverging = 0;   // steps in a row with the loss above check_divergence's limit
     for (int step = w.start_step; step < w.steps; step++) {
         pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = batch_of_step(s, step);
@@ -765,6 +787,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         };
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
         StepOutcome o = finish_step(comm, stage, opt, s.cfg, at, {step, lr, w.clip, w.weight_decay}, &slots, dump);
+        check_divergence(w, step, targets ? o.loss_sum / double(targets) : 0.0, diverging);
         bool stop = slots[0] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
         bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
         bool save_now = stop || (w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps));
@@ -778,7 +801,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             w.last_loss = targets ? o.loss_sum / double(targets) : 0.0;
             print_step(w, step, w.last_loss, lr, o.norm, slots, std::chrono::duration<double>(Clock::now() - t_start).count());
         }
-        if (eval_now) pp::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
+        if (eval_now) w.eval_step = step + 1, pp::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
         if (save_now) pp::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
         if (stop && !w.stopped_at) w.stopped_at = step + 1;
         if (rank == 0) std::fflush(stdout);   // the step line with its checkpoint line, once it is committed
@@ -1000,6 +1023,7 @@ OutDir prepare_out(World& w, Args& a) {
     std::error_code ec;
     std::filesystem::create_directories(w.out, ec);
     if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
+    check_writable_dir(w.out, "--out");   // an existing read-only --out would lose the run at its end
     // One run per --out: two would stage their checkpoints under the same names. The lock is the
     // directory's own (flock), released when the process ends, however it ends.
     o.lock = ::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1007,6 +1031,26 @@ OutDir prepare_out(World& w, Args& a) {
         throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
     recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
     return o;
+}
+
+// "embedding, blocks 0-1" for layers {0, 1, 2}: layer 0 is the embedding, 1..L the blocks 0..L-1,
+// L+1 the head.
+std::string layer_names(const std::vector<int>& layers, int L) {
+    std::string out;
+    for (size_t i = 0; i < layers.size();) {
+        int l = layers[i];
+        if (l == 0 || l == L + 1) {
+            out += (out.empty() ? "" : ", ") + std::string(l == 0 ? "embedding" : "head");
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1 && layers[j + 1] <= L) j++;
+        out += (out.empty() ? "" : ", ") + (i == j ? "block " + std::to_string(l - 1)
+                                                   : "blocks " + std::to_string(l - 1) + "-" + std::to_string(layers[j] - 1));
+        i = j + 1;
+    }
+    return out;
 }
 
 // Rank 0's first lines: the model, the data, the pipeline, the devices, the split.
@@ -1033,12 +1077,14 @@ void print_banner(const World& w, const Setup& s, Args& a) {
                 w.mpi ? (" (" + std::to_string(w.P * w.D) + " processes)").c_str() : "");
     for (int p = 0; p < w.P; p++) {
         std::printf("  stage %d:", p);
+        std::string names;
         for (const auto& chunk : w.split[p]) {
             std::printf(" [");
             for (size_t i = 0; i < chunk.size(); i++) std::printf("%s%d", i ? " " : "", chunk[i]);
             std::printf("]");
+            names += (names.empty() ? "" : " | ") + layer_names(chunk, s.cfg.num_hidden_layers);
         }
-        std::printf("\n");
+        std::printf(" (%s)\n", names.c_str());
     }
     std::fflush(stdout);
 }
@@ -1103,7 +1149,7 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
         for (const pp::Event& e : w.trace_events) first = std::min(first, e.start);
         for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
         write_file_atomic(a.str("--trace"), pp::chrome_trace(w.trace_events));
-        std::printf("%s", pp::ascii_timeline(w.trace_events, w.P, 100).c_str());
+        std::printf("%s", pp::ascii_timeline(w.trace_events, w.P).c_str());   // $COLUMNS wide
         if (w.mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
     }
     std::printf("peak stash bytes per stage:");
@@ -1120,6 +1166,12 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
     if (w.steps > w.start_step) std::snprintf(final_loss, sizeof final_loss, "%.7g", w.last_loss);
     std::printf("done: %d steps in %.1fs | final loss %s | %s | saved %s\n", w.steps, secs, final_loss,
                 w.final_eval.summary(s.cfg.num_labels > 0).c_str(), w.out.c_str());
+    if (w.final_eval.targets > 0 && !std::isfinite(w.final_eval.loss())) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "pipetrain train: the final eval loss is not finite: the model diverged (lower --lr); %s holds it "
+                     "as trained\n", w.out.c_str());
+        return 1;
+    }
     return 0;
 }
 
@@ -1264,6 +1316,9 @@ int schedule_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace"}, {"--overlap"});
     int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
     std::string name = a.str("--schedule", "1f1b");
+    if (takes_chunks(name) && !a.has("--chunks"))
+        throw std::runtime_error("--chunks: " + name + " needs --chunks V, its chunks per rank (V = 1 is plain " +
+                                 (name == "looped-bfs" ? "gpipe" : name == "interleaved" ? "1f1b" : "zb-h1") + ")");
     int V = int(a.integer("--chunks", default_chunks(name), 1, pp::kMaxChunks));
     if (a.has("--memory-cap") && name != "auto") throw std::runtime_error("--memory-cap: only with --schedule auto");
     pp::Costs costs;
@@ -1290,10 +1345,18 @@ int schedule_main(const std::vector<std::string>& argv) {
     } else {
         sched = make_schedule(name, P, M, V);
     }
-    pp::SimResult r = pp::simulate(sched, costs);
-    std::printf("%s", pp::ascii_timeline(r.events, P, 100).c_str());
+    pp::Costs chunk = costs;   // a chunk is 1/V of a stage, so V chunks cost what one stage does
+    chunk.f /= V, chunk.bi /= V, chunk.bw /= V;
+    pp::SimResult r = pp::simulate(sched, chunk);
+    std::printf("%s", pp::ascii_timeline(r.events, P).c_str());   // $COLUMNS wide
+    if (V > 1)
+        std::printf("costs: f,bi,bw = %g,%g,%g per stage, each of the %d chunks of a rank 1/%d of them; comm %g\n", costs.f,
+                    costs.bi, costs.bw, V, V, costs.comm);
     std::printf("makespan %.2f | bubble %.1f%%\n", r.makespan, 100 * r.bubble);
-    for (int p = 0; p < P; p++) std::printf("  rank %d: peak live micro-batches %d\n", p, r.peak_live[p]);
+    for (int p = 0; p < P; p++)
+        if (V == 1) std::printf("  rank %d: peak live micro-batches %d\n", p, r.peak_live[p]);
+        else std::printf("  rank %d: peak live stashes %d ((micro-batch, chunk) pairs: up to M = %d for each of %d chunks)\n",
+                         p, r.peak_live[p], M, V);
     if (a.has("--trace")) write_file_atomic(a.str("--trace"), pp::chrome_trace(r.events));
     return 0;
 }

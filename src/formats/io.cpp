@@ -93,6 +93,17 @@ void check_output_path(const std::string& path, const std::string& flag) {
     fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))
         throw std::runtime_error(flag + ": " + path + ": the directory " + parent.string() + " does not exist");
+    check_writable_dir(parent.empty() ? "." : parent.string(), flag);
+}
+
+// A file made and removed again: permissions, a read-only mount or a full quota show now, before
+// a run whose output would be lost at its end.
+void check_writable_dir(const std::string& dir, const std::string& flag) {
+    const std::string probe = dir + "/.pipetrain-probe." + std::to_string(::getpid());
+    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::runtime_error(flag + ": cannot write in " + dir + " (" + std::strerror(errno) + ")");
+    ::close(fd);
+    ::unlink(probe.c_str());
 }
 
 void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks) {

@@ -24,7 +24,8 @@ std::vector<std::string> split_lines(const std::string& data);
 std::vector<std::string> read_lines(const std::string& path);
 // Before a long run: a file that `flag` asks to be written later can be, as far as it can be
 // told now (not a directory, its directory exists). Throws "<flag>: <path>: <what>".
-void check_output_path(const std::string& path, const std::string& flag);
+void check_output_path(const std::string& path, const std::string& flag);   // and that its directory is writable
+void check_writable_dir(const std::string& dir, const std::string& flag);   // makes and removes a file there
 // Every field between separators, empty ones included: "a,,b," is {"a", "", "b", ""}.
 std::vector<std::string> split(std::string_view s, char sep);
 

@@ -42,11 +42,11 @@ int main() {
     std::printf("The measured bubble %s from M = 1 to M = 8 (%.1f%% -> %.1f%%)", falls ? "fell too" : "did NOT fall here",
                 100 * measured.front(), 100 * measured.back());
     if (larger)
-        std::printf(" and is larger than simulated: the stages are not\n"
-                    "equally fast, each message costs a hand-off, and other programs take turns on the cores.\n\n");
+        std::printf("\nand is larger than simulated: the stages are not equally fast, each message costs a hand-off,\n"
+                    "and on a busy machine other programs take turns.\n\n");
     else
-        std::printf("; it is not larger than simulated for every M, which\n"
-                    "only noise explains: run it again on an idle machine.\n\n");
+        std::printf(";\nit is not larger than simulated for every M: most likely noise (a thread that waits for a core\n"
+                    "still counts as busy). Run it again.\n\n");
 
     std::printf("== step 3: the timeline of M = 8, simulated (F = 1, B = 2) and measured ==\n");
     std::printf("simulated:\n%s", pp::ascii_timeline(pp::simulate(pp::gpipe(P, 8)).events, P, 100).c_str());

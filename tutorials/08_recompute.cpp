@@ -47,10 +47,10 @@ int main() {
                     kb(double(none.stages[p]->peak_stash_bytes())).c_str(), kb(double(full.stages[p]->peak_stash_bytes())).c_str(),
                     f, b_none, b_full, ratio, expected);
     }
-    std::printf("step: none %.1f ms, full %.1f ms (+%.0f%%)\n", rn.makespan / 1000, rf.makespan / 1000,
+    std::printf("step: none %.1f ms, full %.1f ms (%+.0f%%)\n", rn.makespan / 1000, rf.makespan / 1000,
                 100 * (rf.makespan / rn.makespan - 1));
     std::printf("look at: B full / B none %s (F + B) / B%s.\n", as_expected ? "is within 25%% of" : "should be about",
-                as_expected ? "" : ", but is not here: a busy machine stretches single blocks");
+                as_expected ? "" : ", but is not here (on a busy machine single blocks stretch at random: run it again)");
     std::printf("Rank 0 holds P = %d micro-batches in 1f1b and keeps only their inputs; the last rank holds one\n"
                 "at a time, rebuilt in full before its backward, so its peak does not move: recomputation pays\n"
                 "where many micro-batches wait.\n\n", P);

@@ -68,9 +68,9 @@ int main() {
                     "do not cut evenly), every message costs a thread hand-off, and on a busy machine other programs\n"
                     "share the cores. Run it twice: the simulation never changes, the measurement does.\n\n");
     else
-        std::printf("look at: here not every measured bubble is larger than simulated, which only noise explains\n"
-                    "(unbalanced stages and message hand-offs add idle time). Run it twice: the simulation never\n"
-                    "changes, the measurement does.\n\n");
+        std::printf("look at: here not every measured bubble is larger than simulated: most likely noise (a thread\n"
+                    "that waits for a core still counts as busy; unbalanced stages and hand-offs only add idle time).\n"
+                    "Run it twice: the simulation never changes, the measurement does.\n\n");
 
     std::printf("question: zb-h1 gets its gain for free in memory on rank 0 but not on rank 1 (see the live\n"
                 "micro-batches). Why must a stage keep a micro-batch's stash until its BW, not its BI?\n");

@@ -83,5 +83,6 @@ int main() {
 
     std::printf("Question: layernorm_backward takes null for dinp in the zero-bubble schedule's\n"
                 "weight-gradient pass. Which of the three gradients need the rows' mean and rstd?\n");
+    std::printf("answer: docs/answers.md, section \"02 layernorm\"\n");
     return 0;
 }

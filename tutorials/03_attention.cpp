@@ -98,5 +98,6 @@ int main() {
     std::printf("  Look at: the same output (the same operations), gradients equal up to rounding. The\n"
                 "  backward rebuilds each probability as exp(score_ij - lse_i): T times less memory,\n"
                 "  paid for with one more dot product per (query, key) pair. The model does this.\n");
+    std::printf("answer: docs/answers.md, section \"03 attention\"\n");
     return 0;
 }

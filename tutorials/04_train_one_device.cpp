@@ -86,5 +86,6 @@ int main(int argc, char** argv) {
     std::printf("loss %.3f -> %.3f (ln(vocab) = %.3f is a uniform guess)\n\n", first, last, std::log(double(tok.size())));
     std::printf("look at: the loss starts near ln(vocab) and falls as the model learns which characters follow which.\n");
     std::printf("question: the stash peak is the activation memory of %d micro-batches. What happens to it with M=%d?\n", M, 2 * M);
+    std::printf("answer: docs/answers.md, section \"04 train one device\"\n");
     return 0;
 }

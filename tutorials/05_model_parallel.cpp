@@ -39,9 +39,16 @@ int main() {
     StepResult run = measure(two, schedule, batch);
     std::printf("%s", pp::ascii_timeline(run.events, 2, 60).c_str());
     std::printf("measured: step %.1f ms, bubble %.1f%%\n", run.makespan / 1000, 100 * run.bubble);
+    loaded(2, run);
     for (const pp::Event& e : run.events)
         if (e.comm) std::printf("  rank %d waited %.2f ms in {%s}\n", e.rank, (e.end - e.start) / 1000, e.detail.c_str());
-    std::printf("look at: '.' is idle; whatever the split, busy time / (2 × step) cannot pass 50%% with M = 1.\n\n");
+    std::vector<Transfer> ts = transfers(run.events);   // both ranks' clocks start at one origin
+    for (const Transfer& t : ts)
+        std::printf("  transfer %s: rank %d started sending at %.0f µs, rank %d had it at %.0f µs\n", t.tag.c_str(), t.from,
+                    t.sent, t.to, t.received);
+    std::printf("transfers in causal order: %s\n", causal(ts) ? "yes" : "no");
+    std::printf("look at: '.' is idle; whatever the split, busy time / (2 × step) cannot pass 50%% with M = 1.\n"
+                "Both ranks measure from one origin, so every message arrives after it was sent.\n\n");
 
     std::printf("== step 4: the same step on one device, the same bits ==\n");
     StepResult r1 = train_step(one, pp::gpipe(1, 1), batch);
@@ -54,5 +61,6 @@ int main() {
 
     std::printf("question: two devices hold half the weights each, yet the step is no faster than on one.\n"
                 "What would you have to split, besides the model, to keep both devices busy?\n");
+    std::printf("answer: docs/answers.md, section \"05 model parallel\"\n");
     return 0;
 }

@@ -54,5 +54,6 @@ int main() {
 
     std::printf("question: on 8 devices with a fixed global batch of 64 micro-batches, which split of\n"
                 "8 = D × P gives the smallest bubble, and what limits you from choosing it?\n");
+    std::printf("answer: docs/answers.md, section \"09 grad accum and dp\"\n");
     return 0;
 }

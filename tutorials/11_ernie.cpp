@@ -12,6 +12,7 @@
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/cli/commands.hpp"
+#include "tutorials/common.hpp"
 
 using namespace pt;
 
@@ -27,8 +28,8 @@ static int cli(const char* command, std::vector<std::string> args, int (*fn)(con
 int main() {
     const std::string fx = PT_SOURCE_DIR "/tests/fixtures";
     const std::string model = fx + "/ernie/nano-like/hf";
-    const std::string tmp = (std::filesystem::temp_directory_path() / "pipetrain_tutorial_11").string();
-    std::filesystem::remove_all(tmp);
+    const std::string tmp = lab::fresh_run_dir("11");   // this run's own: two runs at once never collide
+    std::printf("writing under %s/\n\n", tmp.c_str());
 
     std::printf("== step 1: tokenize like ERNIE (BasicTokenizer + WordPiece) ==\n");
     Tokenizer tok = Tokenizer::from_file(fx + "/tokenizer/vocab.txt");
@@ -69,5 +70,6 @@ int main() {
     std::printf("question: the MLM head's tensors were reported as unused and the classifier as fresh.\n"
                 "Which layers of the 2-stage pipeline hold the new parameters, and why does the first stage\n"
                 "not need to know the task at all?\n");
+    std::printf("answer: docs/answers.md, section \"11 ernie\"\n");
     return 0;
 }

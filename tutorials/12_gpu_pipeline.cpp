@@ -6,7 +6,7 @@
 // all four stages share it and pass activations by device-to-device copies; with several, the
 // CLI uses NCCL (src/nccl_comm.hpp). Without a GPU this lab runs on CPU threads and says so.
 //
-// Run: build/tutorial_12_gpu_pipeline   (writes runs/tutorial12/timeline.json)
+// Run: build/tutorial_12_gpu_pipeline   (writes runs/tutorial12-<pid>/timeline.json)
 #include "tutorials/common.hpp"
 
 using namespace lab;
@@ -46,9 +46,10 @@ int main() {
     std::printf("%s", pp::ascii_timeline(r.events, P, 100).c_str());
     std::printf("  step %.2f ms | bubble measured %.1f%% | simulated with equal stages %.1f%%\n", r.makespan / 1000,
                 100 * r.bubble, 100 * sim.bubble);
-    std::filesystem::create_directories("runs/tutorial12");
-    write_file_atomic("runs/tutorial12/timeline.json", pp::chrome_trace(r.events));
-    std::printf("  wrote runs/tutorial12/timeline.json (open it in https://ui.perfetto.dev)\n");
+    loaded(P, r);
+    std::string trace = fresh_run_dir("12") + "/timeline.json";   // this run's own: two runs never collide
+    write_file_atomic(trace, pp::chrome_trace(r.events));
+    std::printf("  wrote %s (open it in https://ui.perfetto.dev)\n", trace.c_str());
     if (gpus == 1)
         std::printf("look at: the four stages share one GPU, so they overlap only as far as it has room for the\n"
                     "kernels of several streams at once; compare the step time with --stages 1 in the CLI.\n\n");
@@ -68,5 +69,6 @@ int main() {
     }
     std::printf("Question: with one GPU, would the 4-stage pipeline ever beat one stage? What does\n"
                 "pipelining buy when all stages share the same device?\n");
+    std::printf("answer: docs/answers.md, section \"12 gpu pipeline\"\n");
     return 0;
 }

@@ -20,6 +20,7 @@
 using namespace lab;
 
 const int P = 4, M = 8, T = 32, rows = 1;
+double launch_s = -1, process_step_ms = -1;   // what step 2 measured, if it ran
 
 double resident_mb() {   // this process's resident memory: code, libraries, heap
     std::ifstream status("/proc/self/status");
@@ -92,14 +93,13 @@ size_t param_bytes(TransformerStage& stage) {
 
 // Steps 2 and 3: launches this binary as the P workers, reads their files back, compares.
 int processes(Model& threads, const StepResult& rt) {
-    std::string dir = std::filesystem::absolute("runs/tutorial13").string();
-    std::filesystem::remove_all(dir), std::filesystem::create_directories(dir);
+    std::string dir = std::filesystem::absolute(fresh_run_dir("13")).string();   // this run's own
     std::string cmd = "timeout 120 '" PT_SOURCE_DIR "/scripts/mpirun.sh' " + std::to_string(P) + " '" +
                       std::filesystem::read_symlink("/proc/self/exe").string() + "' --worker '" + dir + "'";
     std::fflush(stdout);   // the workers' lines, if any, after ours
     double t0 = now_us();
     int rc = std::system(cmd.c_str());
-    double launch_s = (now_us() - t0) / 1e6;
+    launch_s = (now_us() - t0) / 1e6;
     if (rc != 0) {
         std::printf("the process run failed (exit status %d%s): %s\n", WEXITSTATUS(rc),
                     WEXITSTATUS(rc) == 124 ? ", timed out after 120 s" : "", cmd.c_str());
@@ -129,6 +129,7 @@ int processes(Model& threads, const StepResult& rt) {
     std::printf("%s  step %.2f ms | the barrier exits spread over %.0f µs | mpirun took %.2f s in all\n",
                 pp::ascii_timeline(events, P, 100).c_str(), makespan / 1000, last - first, launch_s);
     std::printf("  step time: processes / threads = %.2f\n", makespan / rt.makespan);
+    process_step_ms = makespan / 1000;
     std::printf("look at: the same rows of F and B. The barrier exits are put on one axis by steady_clock\n"
                 "(CLOCK_MONOTONIC, one clock for every process of a machine): exact here. Drawn from each\n"
                 "process's own exit instead, a rank could be off by the spread above.\n\n");
@@ -177,12 +178,16 @@ int main(int argc, char** argv) {
 
     std::printf("look at: where the processes pay. Every activation and gradient is copied by MPI through\n"
                 "shared memory (or TCP) instead of between queues of one memory, and a waiting rank polls\n"
-                "MPI (src/mpi_comm.hpp), so it may see a message late; starting %d processes and MPI costs\n"
-                "more than the step itself. In return each address space holds only its own stage, so a\n"
-                "model too big for one process (or one machine) fits, and no rank can write into another's memory.\n\n", P);
+                "MPI (src/mpi_comm.hpp), so it may see a message late.\n");
+    if (launch_s >= 0)
+        std::printf("Starting %d processes and MPI took %.2f s, %s the step itself (%.2f ms).\n", P, launch_s,
+                    launch_s * 1000 > process_step_ms ? "more than" : "less than", process_step_ms);
+    std::printf("In return each address space holds only its own stage, so a model too big for one process\n"
+                "(or one machine) fits, and no rank can write into another's memory.\n\n");
     std::printf("question: which part of the step grows with processes, the compute (F, B) or the '.' gaps\n"
                 "between them? If ranks 0-1 and 2-3 were on two machines, which message would cross the\n"
                 "network, how would its cost change with the activation size, and why could the timelines\n"
                 "no longer be put on one axis by reading one clock?\n");
+    std::printf("answer: docs/answers.md, section \"13 processes\"\n");
     return 0;
 }

@@ -73,5 +73,6 @@ int main() {
 
     std::printf("question: 1F1B's rank 0 stashes P micro-batches and its rank P-1 one. Why does ZB-V stash\n"
                 "about the same on every rank, and what does that mean for the largest model that fits?\n");
+    std::printf("answer: docs/answers.md, section \"15 v shape\"\n");
     return 0;
 }

@@ -6,13 +6,18 @@
 // the tied word embedding's two gradients summed (embedding's + head's, always in that order),
 // with D replicas the data-parallel sum, the global norm, clipping, AdamW and the loss.
 #pragma once
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -108,8 +113,9 @@ inline Model make_model(const ModelConfig& cfg, int P, int V = 1, Recompute reco
 }
 
 struct StepResult {
-    std::vector<pp::Event> events;   // every rank of replica 0, µs from the start of the step
+    std::vector<pp::Event> events;   // every rank of replica 0, µs from one origin shared by all ranks
     double loss = 0, makespan = 0, bubble = 0;
+    double spread = 0;   // measure(): (slowest - fastest) / fastest of its repeated steps
 };
 
 inline double measured_bubble(const std::vector<pp::Event>& events, int P, double* makespan = nullptr) {
@@ -134,6 +140,7 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
     float loss_scale = 1.0f / float(batch.num_targets());   // the loss is the mean over the GLOBAL batch
     std::vector<std::vector<pp::Event>> events(m.P * m.D);
     double loss_sum = 0;
+    std::chrono::steady_clock::time_point origin;   // rank 0 reads the clock once; every rank uses it
     pp::ThreadWorld world(m.P * m.D, 60.0);
     pp::run_ranks(world, [&](int rank) {
         pp::ThreadComm comm(world, rank);
@@ -148,8 +155,10 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
         stage.zero_grads();
         // Replica d's micro-batches are global micro-batches d*M .. d*M+M-1: the dropout key.
         stage.begin_step(&local[at.d], rows / M, at.d * M, uint32_t(step), loss_scale);
-        comm.barrier();   // start the clocks together
-        pipe.run_step();
+        comm.barrier();   // start together...
+        if (rank == 0) origin = std::chrono::steady_clock::now();
+        comm.barrier();   // ...on one time axis: a receive can then never end before its send starts
+        pipe.run_step(origin);
         events[rank] = pipe.timeline();
         Update u;
         u.step = step, u.apply = update;
@@ -168,10 +177,13 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
 // fastest is the one least disturbed by other programs on the cores.
 inline StepResult measure(Model& m, const pp::Schedule& schedule, const Batch& batch, int repeats = 5) {
     StepResult best;
+    double slowest = 0;
     for (int i = 0; i < repeats; i++) {
         StepResult r = train_step(m, schedule, batch, 0, false);
         if (i == 0 || r.makespan < best.makespan) best = r;
+        slowest = std::max(slowest, r.makespan);
     }
+    best.spread = best.makespan > 0 ? slowest / best.makespan - 1 : 0;
     return best;
 }
 
@@ -211,6 +223,66 @@ inline void print_split(const Model& m) {
         }
     }
     std::printf("\n");
+}
+
+// Measured times are only as good as the machine is idle. Prints a note when there are fewer cores
+// than threads, or when measure()'s repeated steps differ by more than 25%; returns true then, so
+// a tutorial can hold back a claim the numbers cannot carry.
+inline bool loaded(int threads, const StepResult& r) {
+    unsigned cores = std::thread::hardware_concurrency();
+    bool few = cores < unsigned(threads), noisy = r.spread > 0.25;
+    if (few) std::printf("(note: %u cores for %d threads: the threads take turns, the times are stretched)\n", cores, threads);
+    if (noisy) std::printf("(note: repeats of one step differed by up to %.0f%%: the machine is busy, read the times with care)\n",
+                           100 * r.spread);
+    return few || noisy;
+}
+
+// One transfer of a measured timeline: rank `from` started the group that sends `tag` at `sent`;
+// rank `to` finished the group that receives it at `received` (µs on the step's time axis).
+struct Transfer {
+    std::string tag;
+    int from = 0, to = 0;
+    double sent = 0, received = 0;
+};
+
+// Pairs "send F0 to rank 1" in a comm event of rank 0 with "recv F0 from rank 0" on rank 1.
+inline std::vector<Transfer> transfers(const std::vector<pp::Event>& events) {
+    std::vector<Transfer> sends, all;
+    for (int pass = 0; pass < 2; pass++)
+        for (const pp::Event& e : events) {
+            if (!e.comm) continue;
+            std::stringstream ops(e.detail);
+            for (std::string op; std::getline(ops, op, ',');) {
+                std::istringstream words(op);
+                std::string kind, tag, to_from, rank_word;
+                int peer = -1;
+                if (!(words >> kind >> tag >> to_from >> rank_word >> peer)) continue;
+                if (pass == 0 && kind == "send") sends.push_back({tag, e.rank, peer, e.start, 0});
+                if (pass == 1 && kind == "recv")
+                    for (const Transfer& s : sends)
+                        if (s.tag == tag && s.from == peer && s.to == e.rank) all.push_back({tag, peer, e.rank, s.sent, e.end});
+            }
+        }
+    std::sort(all.begin(), all.end(), [](const Transfer& a, const Transfer& b) { return a.sent < b.sent; });
+    return all;
+}
+
+// Causality: no receive ends before its send started. Holds on one time axis; it can fail when
+// each rank measures from its own clock start.
+inline bool causal(const std::vector<Transfer>& ts) {
+    for (const Transfer& t : ts)
+        if (t.received < t.sent) return false;
+    return !ts.empty();
+}
+
+// A directory of this run's own, runs/tutorialNN-<pid>: two runs at once never share files, and
+// nothing already there is removed.
+inline std::string fresh_run_dir(const std::string& nn) {
+    std::string base = "runs/tutorial" + nn + "-" + std::to_string(getpid());
+    std::filesystem::create_directories("runs");
+    std::string dir = base;
+    for (int i = 1; !std::filesystem::create_directory(dir); i++) dir = base + "-" + std::to_string(i);
+    return dir;
 }
 
 inline std::string kb(double bytes) {

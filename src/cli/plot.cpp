@@ -44,9 +44,10 @@ namespace pt {
 namespace {
 
 nlohmann::json record_json(const StepRecord& r) {
+    auto us = [](double x) { return std::round(x * 10) / 10; };   // 0.1 µs is below the clock's noise
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankStep& k : r.ranks)
-        ranks.push_back({{"busy_us", k.busy_us}, {"wait_us", k.comm_us}, {"span_us", k.span_us},
+        ranks.push_back({{"busy_us", us(k.busy_us)}, {"wait_us", us(k.comm_us)}, {"span_us", us(k.span_us)},
                          {"peak_stash_bytes", k.stash_bytes}, {"peak_stashes", int(k.stashes)}});
     auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"step", r.step}, {"loss", finite(r.loss)}, {"lr", r.lr}, {"grad_norm", finite(r.grad_norm)},
@@ -241,11 +242,11 @@ void x_axis(Svg& svg, double y, double x0, double x1, double lo, double hi, cons
 }
 
 // One panel of the timeline: rows of actions (filled by op) and transfers (hatched), from y.
+// `end`: the time at the right edge, the same for both panels, so that their lengths compare.
 double draw_timeline(Svg& svg, const std::vector<pp::Event>& events, double y, const std::string& title,
-                     const std::string& unit) {
+                     const std::string& unit, double end) {
     int P = 0;
-    double end = 0;
-    for (const pp::Event& e : events) P = std::max(P, e.rank + 1), end = std::max(end, e.end);
+    for (const pp::Event& e : events) P = std::max(P, e.rank + 1);
     double x0 = kLeft, x1 = kWidth - kRight, scale = end > 0 ? (x1 - x0) / end : 0;
     svg.text(x0, y + 14, title, 13, "start", "font-weight=\"bold\"");
     y += 24;
@@ -307,8 +308,12 @@ std::string timeline_svg(const std::vector<pp::Event>& measured, const std::stri
     Svg svg(kWidth, height + 10);
     svg.raw(kHatch);
     legend(svg, 10);
-    double y = draw_timeline(svg, measured, 30, title, "time (µs)");
-    if (simulated) draw_timeline(svg, *simulated, y, simulated_title, "time (µs, simulated)");
+    double end = 0;
+    for (const pp::Event& e : measured) end = std::max(end, e.end);
+    if (simulated)
+        for (const pp::Event& e : *simulated) end = std::max(end, e.end);
+    double y = draw_timeline(svg, measured, 30, title, "time (µs)", end);
+    if (simulated) draw_timeline(svg, *simulated, y, simulated_title, "time (µs, simulated)", end);
     return svg.str();
 }
 
@@ -338,7 +343,9 @@ std::string line_chart(const std::string& title, const std::string& xlabel, cons
     Svg svg(W, H);
     svg.text(W / 2, 22, title, 14, "middle", "font-weight=\"bold\"");
     svg.line(x0, y0, x1, y0, "#333333"), svg.line(x0, y0, x0, y1, "#333333");
-    for (double t : nice_ticks(xlo, xhi, 8)) svg.line(X(t), y0, X(t), y0 + 4, "#333333"), svg.text(X(t), y0 + 16, svg_number(t), 10, "middle");
+    for (double t : nice_ticks(xlo, xhi, 8))
+        if (t == std::floor(t))   // steps are whole numbers
+            svg.line(X(t), y0, X(t), y0 + 4, "#333333"), svg.text(X(t), y0 + 16, svg_number(t), 10, "middle");
     for (double t : nice_ticks(ylo, yhi, 6)) {
         svg.line(x0 - 4, Y(t), x0, Y(t), "#333333"), svg.line(x0, Y(t), x1, Y(t), "#eeeeee");
         char b[32];

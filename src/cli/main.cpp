@@ -38,7 +38,7 @@ const char* kUsage =
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
     "  schedule   [--stages P] [--micro-batches M] [--schedule S|auto] [--chunks V] [--costs f,bi,bw,comm]\n"
-    "             [--memory-cap STASHES (auto)] [--overlap] [--trace F]\n"
+    "             [--memory-cap STASHES (auto)] [--overlap] [--trace F] [--svg F.svg]\n"
     "  partition  (--model DIR | --preset NAME) [--stages P] [--by time|params|memory|uniform] [--batch B]\n"
     "             [--seq L]\n"
     "  plot       OUT | --metrics F.jsonl [--trace F.json] [--schedule F.json] --out DIR\n"

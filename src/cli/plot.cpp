@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -59,18 +60,22 @@ nlohmann::json record_json(const StepRecord& r) {
 
 }  // namespace
 
+// A fresh run truncates the log in place rather than through write_file_atomic: a kill there
+// would leave a metrics.jsonl.tmp.<pid> that no recovery (recover_dir) knows to remove, and an
+// empty log is all a fresh run has to lose. A resume rewrites the kept lines atomically: those it
+// would lose.
 void MetricsLog::open(const std::string& path, bool resume, int start_step) {
     path_ = path;
-    std::string kept;
     if (resume && std::filesystem::exists(path)) {   // the lines up to the checkpoint's step
+        std::string kept;
         for (const std::string& line : read_lines(path)) {
             nlohmann::json j = nlohmann::json::parse(line, nullptr, false);   // a torn last line is dropped
             if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int>() <= start_step)
                 kept += line + "\n";
         }
+        write_file_atomic(path, kept);
     }
-    write_file_atomic(path, kept);
-    f_ = std::fopen(path.c_str(), "a");
+    f_ = std::fopen(path.c_str(), resume ? "a" : "w");
     if (!f_) fail(path, "cannot open for appending", errno);
 }
 
@@ -108,7 +113,13 @@ void write_schedule_json(const std::string& path, const std::string& name, const
     nlohmann::json j = {{"schedule", name}, {"P", int(s.size())}, {"M", M}, {"V", V},
                         {"placement", s.placement == pp::Placement::vee ? "vee" : "loop"}, {"actions", ranks}};
     if (!trace.empty()) j["trace"] = std::filesystem::absolute(trace).string();
-    write_file_atomic(path, j.dump(1) + "\n");
+    // Written in place, as the metrics log is (see MetricsLog::open): a kill may leave it short,
+    // which plot refuses by name and the next run rewrites.
+    std::string text = j.dump(1) + "\n";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) fail(path, "cannot create", errno);
+    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if ((std::fclose(f) != 0) | !ok) fail(path, "cannot write", errno);
 }
 
 namespace {

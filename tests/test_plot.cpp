@@ -225,6 +225,13 @@ TEST_CASE("plot OUT: loss, throughput and timeline SVGs, well-formed, with what 
     p = run_cli("plot --trace " + dir + "/t.json --out " + dir + "/tl");
     REQUIRE_MESSAGE(p.code == 0, p.out);
     CHECK(count(read_file(dir + "/tl/timeline.svg"), "class=\"action ") == actions);
+    // The trace's name is in the title: XML's special characters in it are escaped.
+    fs::copy_file(dir + "/t.json", dir + "/a&b <c>'.json");
+    p = run_cli("plot --trace \"" + dir + "/a&b <c>'.json\" --out " + dir + "/odd");
+    REQUIRE_MESSAGE(p.code == 0, p.out);
+    std::string odd = read_file(dir + "/odd/timeline.svg");
+    CHECK(xml_problem(odd) == "");
+    CHECK(odd.find("a&amp;b &lt;c&gt;&apos;.json") != std::string::npos);
     fs::remove_all(dir);
 }
 
@@ -248,6 +255,8 @@ TEST_CASE("plot: bad inputs are one-line errors naming the file, and write nothi
     std::ofstream(dir + "/empty.jsonl") << "";
     std::ofstream(dir + "/bad.json") << "{\"traceEvents\": [";
     std::ofstream(dir + "/other.json") << "{\"events\": []}";
+    std::ofstream(dir + "/good.jsonl") << "{\"step\":1,\"loss\":2,\"tok_per_s\":3}\n";
+    std::ofstream(dir + "/sched.json") << "{\"schedule\":\"1f1b\",\"P\":2,\"M\":1,\"V\":1,\"placement\":\"loop\",\"actions\":[[\"F0.0\"],[\"X\"]]}";
     std::ofstream(dir + "/name.json") << "{\"traceEvents\": [{\"ph\":\"X\",\"name\":\"Q1\",\"pid\":0,\"ts\":0,\"dur\":1}]}";
     struct Case { std::string args, needle; };
     const std::vector<Case> cases = {
@@ -259,6 +268,7 @@ TEST_CASE("plot: bad inputs are one-line errors naming the file, and write nothi
         {"--trace " + dir + "/other.json", dir + "/other.json: not a Chrome trace"},
         {"--trace " + dir + "/name.json", dir + "/name.json: event 1: name \"Q1\" is no action"},
         {"--metrics " + dir + "/nokey.jsonl --trace " + dir + "/t.json", dir + "/nokey.jsonl:1"},
+        {"--metrics " + dir + "/good.jsonl --schedule " + dir + "/sched.json", dir + "/sched.json: not a schedule of pipetrain train"},
         {dir + "/nowhere", dir + "/nowhere: not a directory"},
         {"", "plot: give a run directory"},
     };
@@ -273,7 +283,6 @@ TEST_CASE("plot: bad inputs are one-line errors naming the file, and write nothi
         CHECK(!fs::exists(dir + "/pics/timeline.svg"));
     }
     // A good metrics log with a bad trace writes neither picture.
-    std::ofstream(dir + "/good.jsonl") << "{\"step\":1,\"loss\":2,\"tok_per_s\":3}\n";
     Run r = run_cli("plot --metrics " + dir + "/good.jsonl --trace " + dir + "/bad.json --out " + dir + "/pics");
     CHECK(r.code != 0);
     CHECK(!fs::exists(dir + "/pics/loss.svg"));

@@ -64,7 +64,8 @@ class MetricsLog {
     std::FILE* f_ = nullptr;
 };
 
-// OUT/schedule.json: P, M, V, the schedule's name, placement and action lists, the --trace path.
+// OUT/schedule.json: P, M, V, the schedule's name, placement and action lists, the --trace path
+// (relative to OUT).
 void write_schedule_json(const std::string& path, const std::string& name, const pp::Schedule& s, int M, int V,
                          const std::string& trace);
 // Chrome-trace text (pp::chrome_trace) with counter events ("ph":"C"): `loss` on rank 0's track and

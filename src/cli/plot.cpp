@@ -112,7 +112,11 @@ void write_schedule_json(const std::string& path, const std::string& name, const
     }
     nlohmann::json j = {{"schedule", name}, {"P", int(s.size())}, {"M", M}, {"V", V},
                         {"placement", s.placement == pp::Placement::vee ? "vee" : "loop"}, {"actions", ranks}};
-    if (!trace.empty()) j["trace"] = std::filesystem::absolute(trace).string();
+    // The trace's path relative to OUT: a copy of both still finds it, and so do runs that differ
+    // only in where they write (threads and processes write the same schedule.json).
+    namespace fs = std::filesystem;
+    if (!trace.empty())
+        j["trace"] = fs::absolute(trace).lexically_normal().lexically_relative(fs::absolute(fs::path(path).parent_path()).lexically_normal()).string();
     // Written in place, as the metrics log is (see MetricsLog::open): a kill may leave it short,
     // which plot refuses by name and the next run rewrites.
     std::string text = j.dump(1) + "\n";
@@ -478,6 +482,7 @@ int plot_main(const std::vector<std::string>& argv) {
     bool have_sched = !sched_path.empty() && (a.has("--schedule") || std::filesystem::exists(sched_path));
     std::string recorded_trace;
     if (have_sched) sched = read_schedule_json(sched_path, &name, &V, &recorded_trace);
+    if (!recorded_trace.empty()) recorded_trace = (std::filesystem::path(sched_path).parent_path() / recorded_trace).string();
     if (trace.empty() && !recorded_trace.empty() && std::filesystem::exists(recorded_trace)) trace = recorded_trace;
     if (!trace.empty()) {
         std::vector<pp::Event> measured = read_trace(trace);

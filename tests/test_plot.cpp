@@ -158,6 +158,26 @@ TEST_CASE("metrics.jsonl: one line per step with the keys; eval on the evaluatio
     fs::remove_all(dir);
 }
 
+TEST_CASE("metrics.jsonl of a classifier: eval holds loss and accuracy") {
+    std::string dir = temp_dir("metrics_classify");
+    Run r = run_cli("train --preset tiny --stages 2 --steps 4 --eval-every 2 --task classify --labels 2 --data " +
+                    fixture("classify/train.tsv") + " --eval " + fixture("classify/dev.tsv") +
+                    " --batch 8 --micro-batches 2 --seq 32 --out " + dir + "/o");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    std::vector<std::string> lines = lines_of(read_file(dir + "/o/metrics.jsonl"));
+    REQUIRE(lines.size() == 4);
+    nlohmann::json last = nlohmann::json::parse(lines[3]);
+    REQUIRE(last.contains("eval"));
+    double acc = last["eval"]["accuracy"].get<double>();
+    CHECK((acc >= 0 && acc <= 1));
+    CHECK(!last["eval"].contains("ppl"));
+    // The accuracy logged is the one the run printed at the end.
+    char printed[32];
+    std::snprintf(printed, sizeof printed, "accuracy %.4f", acc);
+    CHECK(r.out.find(printed) != std::string::npos);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("trace: counter events for the loss and each rank's stash") {
     std::string dir = temp_dir("counters");
     Run r = run_cli(kRun + " --steps 2 --trace " + dir + "/t.json --out " + dir + "/o");

@@ -2,6 +2,7 @@
 // the words after the command name and returns the exit code: 0 on success, non-zero after a
 // one-line error on stderr (main prints the errors these throw).
 #pragma once
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp
 int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]
 int bench_pipeline_main(const std::vector<std::string>& args);   // bench_pipeline.cpp
 int bench_gemm_main(const std::vector<std::string>& args);       // bench_gemm.cpp
+int plot_main(const std::vector<std::string>& args);             // plot.cpp: OUT | --metrics F --trace F --out DIR
 
 // schedules.cpp: --schedule NAME as a pp::Schedule (every name but auto, which needs costs), and
 // the chunks per rank it takes when --chunks is not given (the V shape's two).
@@ -28,5 +30,56 @@ extern const char* const kScheduleNames;
 pp::Schedule make_schedule(const std::string& name, int P, int M, int V);
 int default_chunks(const std::string& name);
 bool takes_chunks(const std::string& name);   // interleaved, interleaved-zb, looped-bfs: any --chunks V
+
+// ---- plot.cpp: what `train` keeps of a run for `pipetrain plot` ------------------------------
+// OUT/metrics.jsonl (a line per step), OUT/schedule.json (what to simulate), counters in --trace.
+
+// One rank's numbers of one step, from its timeline (the trainer's step slots).
+struct RankStep {
+    double busy_us = 0;      // in F, B, BI, BW
+    double span_us = 0;      // the step's wall time on this rank
+    double comm_us = 0;      // in send/recv groups: waiting for the peer plus the transfer
+    double comm_min_us = 0;  // the shortest group: about one transfer that did not wait
+    double groups = 0;       // how many send/recv groups
+    double stash_bytes = 0, stashes = 0;   // peaks (TransformerStage)
+};
+
+struct StepRecord {
+    int step = 0;   // counted from 1
+    double loss = 0, lr = 0, grad_norm = 0, tok_per_s = 0, bubble = 0;
+    std::vector<RankStep> ranks;   // replica 0's pipeline ranks
+    bool eval = false, classifier = false;
+    double eval_loss = 0, eval_metric = 0;   // accuracy (classifier) or perplexity
+};
+
+// OUT/metrics.jsonl, appended and flushed a line per step. A fresh run starts it empty; a resumed
+// one keeps the lines up to the step it resumes from (a crashed run may have logged later ones).
+class MetricsLog {
+ public:
+    void open(const std::string& path, bool resume, int start_step);
+    void append(const StepRecord& r);
+    ~MetricsLog();
+
+ private:
+    std::string path_;
+    std::FILE* f_ = nullptr;
+};
+
+// OUT/schedule.json: P, M, V, the schedule's name, placement and action lists, the --trace path
+// (relative to OUT).
+void write_schedule_json(const std::string& path, const std::string& name, const pp::Schedule& s, int M, int V,
+                         const std::string& trace);
+// Chrome-trace text (pp::chrome_trace) with counter events ("ph":"C"): `loss` on rank 0's track and
+// each rank's live stashes and their bytes (stash_bytes[r] / stashes[r] a stash) over the step.
+std::string with_trace_counters(const std::string& trace, const std::vector<pp::Event>& events, double loss,
+                                const std::vector<RankStep>& ranks);
+// Per rank: compute, waiting, transfer and idle time, and the bubble; lines to print.
+std::string rank_time_report(const std::vector<RankStep>& ranks);
+// A failed run that saved nothing leaves no --out: removes metrics.jsonl and schedule.json when
+// they are all OUT holds.
+void discard_run_notes(const std::string& out);
+// The timeline as an SVG: one row per rank, a legend, and under it `simulated` (if not null).
+std::string timeline_svg(const std::vector<pp::Event>& measured, const std::string& title,
+                         const std::vector<pp::Event>* simulated, const std::string& simulated_title);
 
 }  // namespace pt

@@ -44,11 +44,13 @@ const char* kUsage =
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
     "  schedule   [--stages P] [--micro-batches M] [--schedule S|auto] [--chunks V] [--costs f,bi,bw,comm]\n"
-    "             [--memory-cap STASHES (auto)] [--overlap] [--trace F]\n"
+    "             [--memory-cap STASHES (auto)] [--overlap] [--trace F] [--svg F.svg]\n"
     "             defaults: --stages 4 --micro-batches 8 --schedule 1f1b --chunks 1 (2 for zbv, dualpipev)\n"
     "             --costs 1,1,1,0 --memory-cap P\n"
     "  partition  (--model DIR | --preset NAME) [--stages P] [--by time|params|memory|uniform] [--batch B]\n"
     "             [--seq L]\n"
+    "  plot       OUT | --metrics F.jsonl [--trace F.json] [--schedule F.json] --out DIR\n"
+    "             SVG pictures of a run: loss.svg, throughput.svg, timeline.svg (measured and simulated)\n"
     "  bench-pipeline [--preset NAME] [--blocks N] [--batch B] [--seq L] [--micro-batches M] [--stages 1,2,4]\n"
     "             [--schedules gpipe,1f1b,zbv,...,auto] [--chunks V] [--steps N] [--reps N]   measured vs simulated\n"
     "  bench-gemm [--shapes MxNxK:nn,...] [--threads T] [--seconds S] [--kernel best|all|plain|avx2|avx512]\n"
@@ -79,6 +81,7 @@ int run(const std::string& cmd, const std::vector<std::string>& args, const char
     if (cmd == "inspect") return pt::inspect_main(args);
     if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
     if (cmd == "bench-gemm") return pt::bench_gemm_main(args);
+    if (cmd == "plot") return pt::plot_main(args);
     std::fprintf(stderr, "pipetrain: unknown command \"%s\" (pipetrain --help lists them)\n", cmd.c_str());
     return 2;
 }

@@ -388,6 +388,10 @@ struct World {
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
     EvalResult final_eval;
     int eval_step = 0;                                 // the step of the evaluation in progress
+    // ---- plots (src/cli/plot.cpp): OUT/metrics.jsonl, a line per step; the step being logged
+    MetricsLog metrics;
+    StepRecord record;
+    // ----
     std::atomic<int> stopped_at{0};                    // a signal stopped the run after this step (0: none did)
     Clock::time_point origin = Clock::now();
     st::Writer grads_dump;
@@ -635,18 +639,24 @@ Device device_of_rank(const World& w, int rank) {
     return dev;
 }
 
+constexpr int kSlots = 7;   // per rank in the step's reduction (step_slots)
+
 // Rank 0: the step line, from the numbers every rank put in its slots of the step's reduction.
 void print_step(World& w, int step, double loss, float lr, double norm, const std::vector<double>& slots, double elapsed) {
     const Setup& s = *w.setup;
     double busy = 0, worst_span = 0;
     std::string stash;
-    for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + 4r ..] = busy µs, span µs, peak stash bytes, stashes
-        busy += slots[1 + 4 * p], worst_span = std::max(worst_span, slots[2 + 4 * p]);
-        w.peak_stash[p] = slots[3 + 4 * p], w.peak_stashes[p] = int(slots[4 + 4 * p]);
+    w.record = StepRecord{step + 1, loss, lr, norm, 0, 0, {}};
+    for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + kSlots r ..], see step_slots
+        const double* k = &slots[1 + kSlots * p];
+        busy += k[0], worst_span = std::max(worst_span, k[1]);
+        w.peak_stash[p] = k[2], w.peak_stashes[p] = int(k[3]);
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
+        w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3]});
     }
     double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
     double tok_s = double(step + 1 - w.start_step) * s.B * s.T / std::max(elapsed, 1e-9);
+    w.record.tok_per_s = tok_s, w.record.bubble = bubble;
     std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
                 step + 1, w.steps, loss, lr, norm, tok_s, 100 * bubble, stash.c_str(),
                 human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
@@ -664,6 +674,14 @@ void dump_gradients(World& w, pp::Comm& comm, int rank) {
     comm.barrier();   // rank 0 may read the gradients of its process's ranks: before they are clipped
 }
 
+// plots: an evaluation goes into the metrics line of its step.
+void log_eval(World& w, const EvalResult& ev) {
+    if (ev.targets == 0) return;
+    bool classifier = w.setup->cfg.num_labels > 0;
+    w.record.eval = true, w.record.classifier = classifier;
+    w.record.eval_loss = ev.loss(), w.record.eval_metric = classifier ? ev.accuracy() : std::exp(ev.loss());
+}
+
 // --eval-every: replica 0's layers, gathered to rank 0, on the held-out batches.
 void evaluate_during_run(World& w, pp::Comm& comm, int rank, Device mine) {
     const Setup& s = *w.setup;
@@ -678,6 +696,8 @@ void evaluate_during_run(World& w, pp::Comm& comm, int rank, Device mine) {
     if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
     else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
     else std::printf("  eval | loss %.4f | ppl %.2f\n", ev.loss(), std::exp(ev.loss()));
+    log_eval(w, ev);
+    std::printf("  last step, per rank:\n%s", rank_time_report(w.record.ranks).c_str());
     set_device(mine, rank);
 }
 
@@ -709,6 +729,7 @@ void save_final_model(World& w, pp::Comm& comm, int rank) {
         save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
         // After the last step a signal skips only the evaluation: the run is complete.
         if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal);
+        if (w.steps > w.start_step) log_eval(w, w.final_eval), w.metrics.append(w.record);   // the last step's line, with it
     }
     comm.barrier();   // rank 0 has read the other ranks of its process
 }
@@ -722,17 +743,21 @@ Batch batch_of_step(const Setup& s, int step) {
 
 // What a rank adds to the step's loss reduction: whether a signal asked it to stop
 // (src/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
-// step line, busy µs, span µs and peak stash bytes, in its own slots (zero in every other rank's,
-// so the sum is each rank's own value, exactly).
+// step line in its own kSlots slots (zero in every other rank's, so the sum is each rank's own
+// value, exactly): busy µs, span µs, peak stash bytes, stashes, and for metrics.jsonl µs in
+// send/recv groups, the shortest group's µs and the number of groups.
 std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span,
                                const TransformerStage& stage) {
-    std::vector<double> slots(1 + 4 * size_t(ranks), 0.0);
+    std::vector<double> slots(1 + kSlots * size_t(ranks), 0.0);
     slots[0] = interrupt_signal() ? 1.0 : 0.0;
-    for (const pp::Event& e : timeline)
-        if (!e.comm) slots[1 + 4 * rank] += e.end - e.start;
-    slots[2 + 4 * rank] = span;
-    slots[3 + 4 * rank] = double(stage.peak_stash_bytes());
-    slots[4 + 4 * rank] = stage.peak_stashes();
+    double* k = &slots[1 + kSlots * size_t(rank)];
+    for (const pp::Event& e : timeline) {
+        if (!e.comm) k[0] += e.end - e.start;
+        else k[4] += e.end - e.start, k[5] = k[6] ? std::min(k[5], e.end - e.start) : e.end - e.start, k[6]++;
+    }
+    k[1] = span;
+    k[2] = double(stage.peak_stash_bytes());
+    k[3] = stage.peak_stashes();
     return slots;
 }
 
@@ -802,6 +827,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
             print_step(w, step, w.last_loss, lr, o.norm, slots, std::chrono::duration<double>(Clock::now() - t_start).count());
         }
         if (eval_now) w.eval_step = step + 1, pp::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
+        if (rank == 0 && step + 1 < w.steps) w.metrics.append(w.record);   // the last one after the final evaluation
         if (save_now) pp::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
         if (stop && !w.stopped_at) w.stopped_at = step + 1;
         if (rank == 0) std::fflush(stdout);   // the step line with its checkpoint line, once it is committed
@@ -1126,6 +1152,7 @@ void run_world(World& w, bool made_out) {
         }
     } catch (...) {   // a failed run leaves no empty --out behind (checkpoints it saved stay, for --resume)
         std::error_code ec;
+        if (made_out) discard_run_notes(w.out);   // plots: the metrics of a run that saved nothing
         if (made_out && std::filesystem::is_empty(w.out, ec)) std::filesystem::remove(w.out, ec);
         throw;
     }
@@ -1148,7 +1175,9 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
         double first = 1e300;
         for (const pp::Event& e : w.trace_events) first = std::min(first, e.start);
         for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
-        write_file_atomic(a.str("--trace"), pp::chrome_trace(w.trace_events));
+        // plots: counters (loss, stashes per rank) join the timeline's events
+        write_file_atomic(a.str("--trace"), with_trace_counters(pp::chrome_trace(w.trace_events), w.trace_events,
+                                                                w.last_loss, w.record.ranks));
         std::printf("%s", pp::ascii_timeline(w.trace_events, w.P).c_str());   // $COLUMNS wide
         if (w.mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
     }
@@ -1157,6 +1186,7 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
     std::printf("\npeak stashes per stage (micro-batch, chunk):");
     for (int p = 0; p < w.P; p++) std::printf(" %d", w.peak_stashes[p]);
     std::printf("\n");
+    if (w.steps > w.start_step) std::printf("last step, per rank:\n%s", rank_time_report(w.record.ranks).c_str());
     if (int sig = interrupt_signal()) {   // after the last step: the run is complete, only the evaluation is skipped
         std::fflush(stdout);
         std::fprintf(stderr, "interrupted after the last step: %s holds the finished model; no final evaluation\n", w.out.c_str());
@@ -1203,6 +1233,10 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     make_state_and_ranks(w, s, a, saved);
     OutDir out;
     if (w.root) out = prepare_out(w, a), print_banner(w, s, a);
+    if (w.root) {   // plots: what `pipetrain plot OUT` reads (src/cli/plot.cpp)
+        w.metrics.open(w.out + "/metrics.jsonl", a.has("--resume"), w.start_step);
+        write_schedule_json(w.out + "/schedule.json", w.schedule_name, w.schedule, w.M, w.V, a.str("--trace"));
+    }
     // From here a first Ctrl-C or SIGTERM stops the run after the step in flight, with a checkpoint
     // (run_rank); until the end, so that one after the last step lets the final save finish.
     InterruptHandlers interrupts;
@@ -1313,7 +1347,7 @@ int eval_main(const std::vector<std::string>& argv) {
 // ---- pipetrain schedule / partition ------------------------------------------------------
 
 int schedule_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace"}, {"--overlap"});
+    Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace", "--svg"}, {"--overlap"});
     int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
     std::string name = a.str("--schedule", "1f1b");
     if (takes_chunks(name) && !a.has("--chunks"))
@@ -1358,6 +1392,9 @@ int schedule_main(const std::vector<std::string>& argv) {
         else std::printf("  rank %d: peak live stashes %d ((micro-batch, chunk) pairs: up to M = %d for each of %d chunks)\n",
                          p, r.peak_live[p], M, V);
     if (a.has("--trace")) write_file_atomic(a.str("--trace"), pp::chrome_trace(r.events));
+    if (a.has("--svg"))   // plots: the simulated chart as a picture (src/cli/plot.cpp)
+        write_file_atomic(a.str("--svg"), timeline_svg(r.events, "simulated: " + name + ", P=" + std::to_string(P) + " M=" +
+                                                       std::to_string(M) + " V=" + std::to_string(V), nullptr, ""));
     return 0;
 }
 

@@ -96,14 +96,22 @@ void check_output_path(const std::string& path, const std::string& flag) {
     check_writable_dir(parent.empty() ? "." : parent.string(), flag);
 }
 
-// A file made and removed again: permissions, a read-only mount or a full quota show now, before
-// a run whose output would be lost at its end.
+// A file made there: permissions, a read-only mount or a full quota show now, before a run whose
+// output would be lost at its end. Unnamed (O_TMPFILE), so a kill leaves nothing behind; where
+// the file system cannot, a named one, removed at once.
 void check_writable_dir(const std::string& dir, const std::string& flag) {
+    int fd = -1;
+#ifdef O_TMPFILE
+    fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    bool unsupported = fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL);
+#else
+    bool unsupported = true;
+#endif
     const std::string probe = dir + "/.pipetrain-probe." + std::to_string(::getpid());
-    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (unsupported) fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) throw std::runtime_error(flag + ": cannot write in " + dir + " (" + std::strerror(errno) + ")");
     ::close(fd);
-    ::unlink(probe.c_str());
+    if (unsupported) ::unlink(probe.c_str());
 }
 
 void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks) {

@@ -80,6 +80,6 @@ std::string rank_time_report(const std::vector<RankStep>& ranks);
 void discard_run_notes(const std::string& out);
 // The timeline as an SVG: one row per rank, a legend, and under it `simulated` (if not null).
 std::string timeline_svg(const std::vector<pp::Event>& measured, const std::string& title,
-                         const std::vector<pp::Event>* simulated, const std::string& simulated_title);
+                         const std::vector<pp::Event>* simulated, const std::string& simulated_title, const std::string& axis = "time (µs)");
 
 }  // namespace pt

@@ -317,7 +317,7 @@ int rows_of(const std::vector<pp::Event>& events) {
 }  // namespace
 
 std::string timeline_svg(const std::vector<pp::Event>& measured, const std::string& title,
-                         const std::vector<pp::Event>* simulated, const std::string& simulated_title) {
+                         const std::vector<pp::Event>* simulated, const std::string& simulated_title, const std::string& axis) {
     double height = 40 + 24 + rows_of(measured) * kRow + 40;
     if (simulated) height += 24 + rows_of(*simulated) * kRow + 40;
     Svg svg(kWidth, height + 10);
@@ -327,7 +327,7 @@ std::string timeline_svg(const std::vector<pp::Event>& measured, const std::stri
     for (const pp::Event& e : measured) end = std::max(end, e.end);
     if (simulated)
         for (const pp::Event& e : *simulated) end = std::max(end, e.end);
-    double y = draw_timeline(svg, measured, 30, title, "time (µs)", end);
+    double y = draw_timeline(svg, measured, 30, title, axis, end);
     if (simulated) draw_timeline(svg, *simulated, y, simulated_title, "time (µs, simulated)", end);
     return svg.str();
 }
@@ -494,7 +494,7 @@ int plot_main(const std::vector<std::string>& argv) {
     } else if (have_sched) {
         std::vector<pp::Event> simulated = pp::simulate(sched, pp::Costs{}, V).events;
         files.push_back({"timeline.svg", timeline_svg(simulated, "simulated: " + name + " with unit costs (no --trace was recorded)",
-                                                      nullptr, "")});
+                                                      nullptr, "", "time (cost units)")});
     }
     std::error_code ec;
     std::filesystem::create_directories(out, ec);

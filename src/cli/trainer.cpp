@@ -1394,7 +1394,8 @@ int schedule_main(const std::vector<std::string>& argv) {
     if (a.has("--trace")) write_file_atomic(a.str("--trace"), pp::chrome_trace(r.events));
     if (a.has("--svg"))   // plots: the simulated chart as a picture (src/cli/plot.cpp)
         write_file_atomic(a.str("--svg"), timeline_svg(r.events, "simulated: " + name + ", P=" + std::to_string(P) + " M=" +
-                                                       std::to_string(M) + " V=" + std::to_string(V), nullptr, ""));
+                                                       std::to_string(M) + " V=" + std::to_string(V), nullptr, "",
+                                                       "time (cost units: --costs)"));
     return 0;
 }
 

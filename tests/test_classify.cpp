@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "src/formats/config_json.hpp"
 #include "src/formats/safetensors.hpp"
@@ -33,6 +34,30 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     REQUIRE_MESSAGE(e.code == 0, e.out);
     CHECK(value_after(e.out, "accuracy ") == value_after(r.out, "accuracy "));
     CHECK(value_after(e.out, "eval loss ") == value_after(r.out, "eval loss "));
+    // classify: one line per dev text, whose top labels score the eval's accuracy.
+    Run c = run_cli("classify --model " + out + " --seq 32 --file " + kDev);
+    REQUIRE_MESSAGE(c.code == 0, c.out);
+    std::vector<std::string> labels;   // the dev file's label column
+    {
+        std::ifstream dev(kDev);
+        std::string line;
+        std::getline(dev, line);
+        while (std::getline(dev, line))
+            if (!line.empty()) labels.push_back(line.substr(0, line.find('\t')));
+    }
+    std::istringstream lines(c.out);
+    std::string line;
+    size_t n = 0, right = 0;
+    for (; std::getline(lines, line); n++) {
+        CHECK(line.find(" | LABEL_") != std::string::npos);
+        if (n < labels.size()) right += line.rfind("LABEL_" + labels[n] + " |", 0) == 0;
+    }
+    CHECK(n == labels.size());
+    CHECK(double(right) / double(n) == doctest::Approx(acc).epsilon(1e-9));
+    Run one = run_cli("classify --model " + out + " 这家酒店很好");
+    CHECK(one.code == 0);
+    CHECK(one.out.find(" 这家酒店很好\n") != std::string::npos);
+    CHECK(run_cli("classify --model " + out).code != 0);
     // Without its head (pooler and classifier) the classifier is not evaluated: a random head
     // scored 0.5 and said nothing.
     pt::st::File f = pt::st::read(out + "/model.safetensors");

@@ -17,6 +17,7 @@ int schedule_main(const std::vector<std::string>& args);
 int partition_main(const std::vector<std::string>& args);
 int fill_mask_main(const std::vector<std::string>& args);        // infer.cpp
 int generate_main(const std::vector<std::string>& args);         // infer.cpp
+int classify_main(const std::vector<std::string>& args);         // infer.cpp: --model DIR (TEXT | --file F)
 int inspect_main(const std::vector<std::string>& args);          // inspect.cpp: FILE.safetensors | DIR [--strict]
 int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp: --vocab FILE [--ids] (TEXT | --file F)
 int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]

@@ -1,5 +1,5 @@
-// src/cli/infer.cpp — using a trained model: `pipetrain fill-mask` (MLM) and `pipetrain generate`
-// (a model trained with --objective causal). Plain forward passes through every layer on one
+// src/cli/infer.cpp — using a trained model: `pipetrain fill-mask` (MLM), `pipetrain generate`
+// (a model trained with --objective causal) and `pipetrain classify` (a fine-tuned classifier). Plain forward passes through every layer on one
 // device; no key/value cache, which is fine for the small models of the labs.
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,8 @@
 
 #include "src/cli/args.hpp"
 #include "src/formats/checkpoint.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
 #include "src/formats/corpus.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/cli/commands.hpp"
@@ -180,6 +182,79 @@ int generate_main(const std::vector<std::string>& argv) {
     if (made < n_new && int(ids.size()) == m.cfg.max_position_embeddings)
         std::fprintf(stderr, "generate: stopped at the model's %d positions (max_position_embeddings)\n",
                      m.cfg.max_position_embeddings);
+    return 0;
+}
+
+int classify_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--file", "--seq"}, {}, true);
+    std::string dir = a.required("--model");
+    ModelConfig cfg = load_model_config(dir);
+    if (cfg.num_labels == 0)
+        throw std::runtime_error(dir + ": not a classifier (config.json has no num_labels); fill-mask or generate read it");
+    if (a.has("--file") == (a.positional().size() == 1) || a.positional().size() > 1)
+        throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT | --file F)");
+    Tokenizer tok = Tokenizer::from_file(dir + "/vocab.txt");
+    std::vector<std::unique_ptr<Layer>> owned;
+    std::vector<Layer*> layers;
+    for (int i = 0; i < num_model_layers(cfg); i++) owned.push_back(make_layer(cfg, i)), layers.push_back(owned.back().get());
+    load_weights(dir, layers);
+    // Label names: config.json's id2label (Hugging Face writes LABEL_0, ...; a dataset may name them).
+    std::vector<std::string> names;
+    nlohmann::json config = parse_json(read_file(dir + "/config.json"), dir + "/config.json");
+    for (int i = 0; i < cfg.num_labels; i++) {
+        std::string key = std::to_string(i);
+        bool named = config.contains("id2label") && config["id2label"].is_object() && config["id2label"].contains(key) &&
+                     config["id2label"][key].is_string();
+        names.push_back(named ? config["id2label"][key].get<std::string>() : "LABEL_" + key);
+    }
+    int T = int(a.integer("--seq", std::min(128, cfg.max_position_embeddings), 3, cfg.max_position_embeddings));
+    // The texts: TEXT, or F's lines; a TSV whose header names text_a (as for training) gives that column.
+    std::vector<std::pair<std::string, std::string>> texts;   // (where, text)
+    if (a.has("--file")) {
+        std::vector<std::string> lines = read_lines(a.str("--file"));
+        std::vector<std::string> header = lines.empty() ? std::vector<std::string>{} : split(lines[0], '\t');
+        auto column = std::find(header.begin(), header.end(), "text_a");
+        bool tsv = column != header.end();
+        for (size_t i = tsv; i < lines.size(); i++) {
+            if (lines[i].empty()) continue;
+            std::string where = a.str("--file") + ": line " + std::to_string(i + 1);
+            std::vector<std::string> cols = split(lines[i], '\t');
+            size_t c = size_t(column - header.begin());
+            if (tsv && cols.size() != header.size())
+                throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
+                                         std::to_string(header.size()));
+            texts.push_back({where, tsv ? cols[c] : lines[i]});
+        }
+        if (texts.empty()) throw std::runtime_error(a.str("--file") + ": no text to classify");
+    } else {
+        texts.push_back({"TEXT", a.positional()[0]});
+    }
+    RunOptions opt;
+    opt.train = false;
+    for (const auto& [where, text] : texts) {
+        Example e;
+        try {
+            Tokenizer::Encoded enc = tok.encode_pair(text, "", T);
+            e.ids = enc.input_ids, e.types = enc.token_type_ids;
+        } catch (const std::exception& ex) {
+            throw std::runtime_error(where + ": " + ex.what());
+        }
+        e.ids.resize(T, tok.pad_id()), e.types.resize(T, 0), e.label = 0;
+        Batch b = make_classify_eval_batches({e}, 1, tok.pad_id())[0];
+        MicroBatch mb = b.rows(0, 1);
+        std::vector<float> act, next;
+        std::vector<double> p;
+        for (Layer* l : layers) {
+            next.assign(l->out_numel(1, T), 0.0f);
+            auto s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
+            if (auto* hs = dynamic_cast<HeadStash*>(s.get())) p = softmax(hs->logits.host().data(), cfg.num_labels);
+            act.swap(next);
+        }
+        std::vector<int> order = top_ids(p.data(), cfg.num_labels, cfg.num_labels);
+        std::printf("%s", names[order[0]].c_str());
+        for (int id : order) std::printf("%s %s %.4f", id == order[0] ? " |" : ",", names[id].c_str(), p[id]);
+        std::printf(" | %s\n", text.c_str());
+    }
     return 0;
 }
 

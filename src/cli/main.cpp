@@ -40,6 +40,7 @@ const char* kUsage =
     "             defaults: --seq 64 --seed 1234 --threads 1, --objective the model's\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]\n"
     "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
+    "  classify   --model DIR [--seq L] (TEXT | --file F)   the label and its probabilities, per text\n"
     "  inspect    FILE.safetensors | DIR [--strict]\n"
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]\n"
@@ -78,6 +79,7 @@ int run(const std::string& cmd, const std::vector<std::string>& args, const char
     if (cmd == "partition") return pt::partition_main(args);
     if (cmd == "fill-mask") return pt::fill_mask_main(args);
     if (cmd == "generate") return pt::generate_main(args);
+    if (cmd == "classify") return pt::classify_main(args);
     if (cmd == "inspect") return pt::inspect_main(args);
     if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
     if (cmd == "bench-gemm") return pt::bench_gemm_main(args);

@@ -185,6 +185,45 @@ int generate_main(const std::vector<std::string>& argv) {
     return 0;
 }
 
+namespace {
+
+// A classifier's label names: config.json's id2label (Hugging Face writes LABEL_0, ...; a dataset
+// may name them), LABEL_i where it has none.
+std::vector<std::string> label_names(const std::string& dir, int num_labels) {
+    std::vector<std::string> names;
+    nlohmann::json config = parse_json(read_file(dir + "/config.json"), dir + "/config.json");
+    for (int i = 0; i < num_labels; i++) {
+        std::string key = std::to_string(i);
+        bool named = config.contains("id2label") && config["id2label"].is_object() && config["id2label"].contains(key) &&
+                     config["id2label"][key].is_string();
+        names.push_back(named ? config["id2label"][key].get<std::string>() : "LABEL_" + key);
+    }
+    return names;
+}
+
+// (where, text): TEXT, or F's lines; a TSV whose header names text_a (as for training) gives that column.
+std::vector<std::pair<std::string, std::string>> texts_to_classify(const Args& a) {
+    std::vector<std::pair<std::string, std::string>> texts;
+    if (!a.has("--file")) return {{"TEXT", a.positional()[0]}};
+    std::vector<std::string> lines = read_lines(a.str("--file"));
+    std::vector<std::string> header = lines.empty() ? std::vector<std::string>{} : split(lines[0], '\t');
+    auto column = std::find(header.begin(), header.end(), "text_a");
+    bool tsv = column != header.end();
+    for (size_t i = tsv; i < lines.size(); i++) {
+        if (lines[i].empty()) continue;
+        std::string where = a.str("--file") + ": line " + std::to_string(i + 1);
+        std::vector<std::string> cols = split(lines[i], '\t');
+        if (tsv && cols.size() != header.size())
+            throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
+                                     std::to_string(header.size()));
+        texts.push_back({where, tsv ? cols[size_t(column - header.begin())] : lines[i]});
+    }
+    if (texts.empty()) throw std::runtime_error(a.str("--file") + ": no text to classify");
+    return texts;
+}
+
+}  // namespace
+
 int classify_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--file", "--seq"}, {}, true);
     std::string dir = a.required("--model");
@@ -198,37 +237,9 @@ int classify_main(const std::vector<std::string>& argv) {
     std::vector<Layer*> layers;
     for (int i = 0; i < num_model_layers(cfg); i++) owned.push_back(make_layer(cfg, i)), layers.push_back(owned.back().get());
     load_weights(dir, layers);
-    // Label names: config.json's id2label (Hugging Face writes LABEL_0, ...; a dataset may name them).
-    std::vector<std::string> names;
-    nlohmann::json config = parse_json(read_file(dir + "/config.json"), dir + "/config.json");
-    for (int i = 0; i < cfg.num_labels; i++) {
-        std::string key = std::to_string(i);
-        bool named = config.contains("id2label") && config["id2label"].is_object() && config["id2label"].contains(key) &&
-                     config["id2label"][key].is_string();
-        names.push_back(named ? config["id2label"][key].get<std::string>() : "LABEL_" + key);
-    }
+    std::vector<std::string> names = label_names(dir, cfg.num_labels);
     int T = int(a.integer("--seq", std::min(128, cfg.max_position_embeddings), 3, cfg.max_position_embeddings));
-    // The texts: TEXT, or F's lines; a TSV whose header names text_a (as for training) gives that column.
-    std::vector<std::pair<std::string, std::string>> texts;   // (where, text)
-    if (a.has("--file")) {
-        std::vector<std::string> lines = read_lines(a.str("--file"));
-        std::vector<std::string> header = lines.empty() ? std::vector<std::string>{} : split(lines[0], '\t');
-        auto column = std::find(header.begin(), header.end(), "text_a");
-        bool tsv = column != header.end();
-        for (size_t i = tsv; i < lines.size(); i++) {
-            if (lines[i].empty()) continue;
-            std::string where = a.str("--file") + ": line " + std::to_string(i + 1);
-            std::vector<std::string> cols = split(lines[i], '\t');
-            size_t c = size_t(column - header.begin());
-            if (tsv && cols.size() != header.size())
-                throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
-                                         std::to_string(header.size()));
-            texts.push_back({where, tsv ? cols[c] : lines[i]});
-        }
-        if (texts.empty()) throw std::runtime_error(a.str("--file") + ": no text to classify");
-    } else {
-        texts.push_back({"TEXT", a.positional()[0]});
-    }
+    std::vector<std::pair<std::string, std::string>> texts = texts_to_classify(a);   // (where, text)
     RunOptions opt;
     opt.train = false;
     for (const auto& [where, text] : texts) {

@@ -778,6 +778,20 @@ void check_divergence(const World& w, int step, double loss, int& above) {
     throw std::runtime_error(msg);
 }
 
+// This rank's forward and backward of a step (its replica's rows of the global batch); µs.
+double forward_backward(const World& w, pp::Pipeline& pipe, TransformerStage& stage, const RankPlace& at,
+                        const Batch& global, int step) {
+    int rows_per_replica = w.setup->B / w.D;
+    Batch local = global.slice(at.d * rows_per_replica, rows_per_replica);
+    int64_t targets = global.num_targets();
+    stage.zero_grads();
+    stage.begin_step(&local, rows_per_replica / w.M, at.d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
+    auto t0 = Clock::now();
+    pp::beat("forward/backward");
+    pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
 void run_rank(World& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
     RankPlace at{w.P, w.D, rank % w.P, rank / w.P};
@@ -791,21 +805,13 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     stage.to(mine), opt.to(mine);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group());
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
-    int rows_per_replica = s.B / w.D, mb_rows = rows_per_replica / w.M;
     auto t_start = Clock::now();
     int diverging = 0;   // steps in a row with the loss above check_divergence's limit
     for (int step = w.start_step; step < w.steps; step++) {
         pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = batch_of_step(s, step);
-        Batch local = global.slice(at.d * rows_per_replica, rows_per_replica);
         int64_t targets = global.num_targets();
-        stage.zero_grads();
-        stage.begin_step(&local, mb_rows, at.d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
-        auto t0 = Clock::now();
-        pp::beat("forward/backward");
-        pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
-        double span = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-
+        double span = forward_backward(w, pipe, stage, at, global, step);
         std::vector<double> slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage);
         auto dump = [&] {
             if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);

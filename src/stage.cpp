@@ -163,7 +163,8 @@ pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     if (recompute_ == Recompute::full) f.stash.clear();   // keep only the input
     account(f);
     synchronize();   // on a GPU: the action ends when its kernels do, so the timeline tells the truth
-    return view(outputs_[{false, microbatch, chunk}]);
+    auto out = outputs_.find({false, microbatch, chunk});   // none on the last stage: its output is the loss
+    return out == outputs_.end() ? pp::Buffer{} : view(out->second);
 }
 
 pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {

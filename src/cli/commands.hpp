@@ -27,7 +27,6 @@ int plot_main(const std::vector<std::string>& args);             // plot.cpp: OU
 
 // schedules.cpp: --schedule NAME as a pp::Schedule (every name but auto, which needs costs), and
 // the chunks per rank it takes when --chunks is not given (the V shape's two).
-extern const char* const kScheduleNames;
 pp::Schedule make_schedule(const std::string& name, int P, int M, int V);
 int default_chunks(const std::string& name);
 bool takes_chunks(const std::string& name);   // interleaved, interleaved-zb, looped-bfs: any --chunks V

@@ -9,8 +9,10 @@ namespace pt {
 // The chunks per rank a schedule takes when --chunks is not given: the V shape has two.
 int default_chunks(const std::string& name) { return name == "zbv" || name == "dualpipev" ? 2 : 1; }
 
+namespace {
 const char* const kScheduleNames =
     "gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev or auto";
+}  // namespace
 
 bool takes_chunks(const std::string& name) {
     return name == "interleaved" || name == "interleaved-zb" || name == "looped-bfs";

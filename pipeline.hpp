@@ -200,60 +200,6 @@ inline Schedule interleaved(int P, int M, int V) {
     return schedule;
 }
 
-// ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): the backward is split into BI (the
-// input gradient, on the critical path to the previous stage) and BW (the weight gradient, which
-// nobody waits for). 1F1B's order with B replaced by BI, and each BW delayed so it fills what
-// were bubbles. Rank r delays its BWs by r micro-batches: it then holds up to P stashes (a
-// micro-batch is live from its F until its BW), which is 1F1B's peak on rank 0, so the peak
-// memory of the pipeline is unchanged (ranks r > 0 hold more than in 1F1B, as in the paper).
-// With F = BI = BW the bubble is (P-1)/(3M+P-1), about a third of 1F1B's (P-1)/(M+P-1).
-inline Schedule zero_bubble_h1(int P, int M) {
-    detail::check_sizes("zero_bubble_h1", P, M);
-    Schedule schedule(P);
-    for (int rank = 0; rank < P; rank++) {
-        std::vector<Action>& actions = schedule[rank];
-        int num_warmup_microbatches = std::min(P - rank - 1, M);
-        int num_microbatches_remaining = M - num_warmup_microbatches;
-        int num_weight_delay = rank;  // BI(i) is followed by BW(i - rank)
-        int next_bw = 0;
-        auto backward = [&](int i) {
-            actions.push_back({Op::BI, i});
-            if (i >= num_weight_delay) actions.push_back({Op::BW, next_bw++});
-        };
-        // Warmup
-        for (int i = 0; i < num_warmup_microbatches; i++) actions.push_back({Op::F, i});
-        // Steady state
-        for (int i = 0; i < num_microbatches_remaining; i++) {
-            actions.push_back({Op::F, num_warmup_microbatches + i});
-            backward(i);
-        }
-        // Cooldown: the remaining BIs, then the delayed BWs fill the tail.
-        for (int i = num_microbatches_remaining; i < M; i++) backward(i);
-        while (next_bw < M) actions.push_back({Op::BW, next_bw++});
-    }
-    return schedule;
-}
-
-// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"; PyTorch's
-// ScheduleLoopedBFS): the loop placement, and GPipe's order one chunk at a time. Phase forward:
-// every micro-batch through chunk 0, then through chunk 1, ...; phase backward: the chunks in
-// reverse. PyTorch also reverses the micro-batches of each backward; we keep them increasing (one
-// device's order), which the simulator says costs nothing. With costs per chunk and M >= P the
-// bubble is interleaved 1F1B's (P-1)/(V*M+P-1), but every rank stashes all V*M (micro-batch,
-// chunk) pairs, as in GPipe. Rank P-1 finishes chunk c long before rank 0 takes its outputs for
-// chunk c+1, which only late sends allow (see the communication policy).
-inline Schedule looped_bfs(int P, int M, int V) {
-    detail::check_sizes("looped_bfs", P, M, V);
-    Schedule schedule(P);
-    for (std::vector<Action>& actions : schedule) {
-        for (int c = 0; c < V; c++)  // Forward
-            for (int mb = 0; mb < M; mb++) actions.push_back({Op::F, mb, c});
-        for (int c = V - 1; c >= 0; c--)  // Backward
-            for (int mb = 0; mb < M; mb++) actions.push_back({Op::B, mb, c});
-    }
-    return schedule;
-}
-
 namespace detail {
 // A zero-bubble version of a schedule: each B becomes BI, and its BW follows `delay[rank]`
 // backwards later (each chunk's BWs keep the order of its BIs); what is left fills the tail.
@@ -278,6 +224,40 @@ inline Schedule split_backward(Schedule schedule, const std::vector<int>& delay)
     return schedule;
 }
 }  // namespace detail
+
+// ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): the backward is split into BI (the
+// input gradient, on the critical path to the previous stage) and BW (the weight gradient, which
+// nobody waits for). 1F1B's order with B replaced by BI, and each BW delayed so it fills what
+// were bubbles. Rank r delays its BWs by r micro-batches: it then holds up to P stashes (a
+// micro-batch is live from its F until its BW), which is 1F1B's peak on rank 0, so the peak
+// memory of the pipeline is unchanged (ranks r > 0 hold more than in 1F1B, as in the paper).
+// With F = BI = BW the bubble is (P-1)/(3M+P-1), about a third of 1F1B's (P-1)/(M+P-1).
+inline Schedule zero_bubble_h1(int P, int M) {
+    detail::check_sizes("zero_bubble_h1", P, M);
+    std::vector<int> delay(P);
+    for (int r = 0; r < P; r++) delay[r] = r;  // BI(i) is followed by BW(i - r)
+    return detail::split_backward(one_f_one_b(P, M), delay);
+}
+
+// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"; PyTorch's
+// ScheduleLoopedBFS): the loop placement, and GPipe's order one chunk at a time. Phase forward:
+// every micro-batch through chunk 0, then through chunk 1, ...; phase backward: the chunks in
+// reverse. PyTorch also reverses the micro-batches of each backward; we keep them increasing (one
+// device's order), which the simulator says costs nothing. With costs per chunk and M >= P the
+// bubble is interleaved 1F1B's (P-1)/(V*M+P-1), but every rank stashes all V*M (micro-batch,
+// chunk) pairs, as in GPipe. Rank P-1 finishes chunk c long before rank 0 takes its outputs for
+// chunk c+1, which only late sends allow (see the communication policy).
+inline Schedule looped_bfs(int P, int M, int V) {
+    detail::check_sizes("looped_bfs", P, M, V);
+    Schedule schedule(P);
+    for (std::vector<Action>& actions : schedule) {
+        for (int c = 0; c < V; c++)  // Forward
+            for (int mb = 0; mb < M; mb++) actions.push_back({Op::F, mb, c});
+        for (int c = V - 1; c >= 0; c--)  // Backward
+            for (int mb = 0; mb < M; mb++) actions.push_back({Op::B, mb, c});
+    }
+    return schedule;
+}
 
 // Interleaved zero bubble (ZB1P on virtual stages; PyTorch's ScheduleInterleavedZeroBubble):
 // Megatron's interleaved order with each B split into BI and BW, and rank r's BWs delayed by r
@@ -1143,7 +1123,14 @@ class Stage {
     // rank's next action, later for a late send (see the communication policy). A forward's
     // output is always sent before the same (micro-batch, chunk)'s backward starts.
     virtual Buffer forward(int microbatch, int chunk) = 0;
-    virtual Buffer backward(int microbatch, int chunk) = 0;        // full backward: BI then BW
+    // The full backward. This default runs BI then BW on the same stash, the same operations in
+    // the same order as a zero-bubble schedule, hence the same bits; override it where one pass
+    // is cheaper, and where BW would spoil the buffer BI returned.
+    virtual Buffer backward(int microbatch, int chunk) {
+        Buffer input_grad = backward_input(microbatch, chunk);
+        backward_weight(microbatch, chunk);
+        return input_grad;
+    }
     virtual Buffer backward_input(int microbatch, int chunk) = 0;
     virtual void backward_weight(int microbatch, int chunk) = 0;
     virtual void sent(Op, int /*microbatch*/, int /*chunk*/) {}   // what that action returned has left
@@ -1168,11 +1155,18 @@ class Comm {
     virtual void send(const void* data, std::size_t bytes, int peer, int tag) = 0;
     virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;
     virtual void group(const std::vector<P2POp>& ops) = 0;  // posted together, returns when all done
-    // Sum over `ranks` (in that order, so every rank gets identical bits), in place.
-    virtual void allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) = 0;
-    virtual void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) = 0;
-    virtual void barrier() = 0;
     virtual void abort(const std::string& why) = 0;  // wakes every blocked rank with an error
+    // Sum over `ranks` (in that order, so every rank gets identical bits), in place, and a barrier.
+    // The Pipeline uses neither; the step after it does (data parallelism, tied weights, the
+    // gradient norm). A transport without them throws when they are called.
+    virtual void allreduce_sum(float*, std::size_t, const std::vector<int>&) { missing("allreduce_sum"); }
+    virtual void allreduce_sum(double*, std::size_t, const std::vector<int>&) { missing("allreduce_sum"); }
+    virtual void barrier() { missing("barrier"); }
+
+ private:
+    [[noreturn]] static void missing(const char* what) {
+        throw std::logic_error(std::string("pp::Comm::") + what + ": this transport does not have it");
+    }
 };
 
 // ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ map() {
   row '`src/stage.*`' "a slice of the model as a pp::Stage: stash, recompute" src/stage.hpp src/stage.cpp
   row '`src/comm.*`' "the ranks as threads: ThreadComm" src/comm.hpp src/comm.cpp
   row '`src/step.*`' "the step after the pipeline: tied sum, data parallel, norm, clip, AdamW" src/step.hpp src/step.cpp
-  row '`src/watchdog.*` `src/interrupt.*`' "no hang: the watchdog; Ctrl-C: a checkpoint" src/watchdog.hpp src/watchdog.cpp src/interrupt.hpp src/interrupt.cpp
+  row '`src/watchdog.*`' "no hang: every wait has a deadline, and the watchdog enforces it" src/watchdog.hpp src/watchdog.cpp
   row '`src/mpi_comm.*`' "the ranks as processes: MpiComm" src/mpi_comm.hpp src/mpi_comm.cpp
   row '`src/device.*` `src/nccl_comm.*`' "GPU track: where an op runs (dev::), NCCL" src/device.hpp src/device.cpp src/nccl_comm.hpp src/nccl_comm.cpp
   row '`kernels/cuda/`' "GPU track: the CUDA kernels, numbered by sophistication" kernels/cuda/*
@@ -37,7 +37,7 @@ map() {
   echo "The lesson (pipeline.hpp, src/, kernels/ops.hpp + ops.inc, kernels/cpu/): **$lesson lines**, of which"
   echo "$gpu are the GPU track's dispatch and NCCL (the budget: about 4,500). Beside it, not needed to"
   echo "follow the lesson: src/formats/ $formats lines (safetensors, checkpoints, config.json, the"
-  echo "tokenizer, the corpus loaders, the lifecycle), src/cli/ $cli lines (the commands), kernels/cuda/"
+  echo "tokenizer, the corpus loaders, the lifecycle), src/cli/ $cli lines (the commands, Ctrl-C), kernels/cuda/"
   echo "$(n kernels/cuda/*) lines."
 }
 case "${1:-}" in

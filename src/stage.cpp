@@ -213,14 +213,6 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
     synchronize();
 }
 
-// B = BI then BW on the same stash: the same operations in the same order as the
-// zero-bubble split, hence the same bits.
-pp::Buffer TransformerStage::backward(int microbatch, int chunk) {
-    pp::Buffer out = backward_input(microbatch, chunk);
-    backward_weight(microbatch, chunk);
-    return out;
-}
-
 void TransformerStage::release(int microbatch, int chunk) {
     auto it = inflight_.find({microbatch, chunk});
     if (it == inflight_.end()) return;

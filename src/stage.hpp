@@ -41,7 +41,6 @@ class TransformerStage : public pp::Stage {
     // pp::Stage
     pp::Buffer input_buffer(pp::Op op, int microbatch, int chunk) override;
     pp::Buffer forward(int microbatch, int chunk) override;
-    pp::Buffer backward(int microbatch, int chunk) override;
     pp::Buffer backward_input(int microbatch, int chunk) override;
     void backward_weight(int microbatch, int chunk) override;
     void sent(pp::Op op, int microbatch, int chunk) override;

@@ -322,6 +322,27 @@ TEST_CASE("ThreadComm: timeouts, tag checks, abort") {
                       "rank 2: out of memory");
 }
 
+TEST_CASE("a Comm without all-reduce or barrier says so when they are called") {
+    struct PointToPointOnly : Comm {   // what the Pipeline itself needs, and nothing more
+        int rank() const override { return 0; }
+        int size() const override { return 1; }
+        void send(const void*, std::size_t, int, int) override {}
+        void recv(void*, std::size_t, int, int) override {}
+        void group(const std::vector<P2POp>&) override {}
+        void abort(const std::string&) override {}
+    } comm;
+    float f = 1;
+    double d = 1;
+    try {
+        comm.allreduce_sum(&f, 1, {0});
+        FAIL("expected a throw");
+    } catch (const std::logic_error& e) {
+        CHECK(std::string(e.what()) == "pp::Comm::allreduce_sum: this transport does not have it");
+    }
+    CHECK_THROWS_AS(comm.allreduce_sum(&d, 1, {0}), std::logic_error);
+    CHECK_THROWS_AS(comm.barrier(), std::logic_error);
+}
+
 TEST_CASE("allreduce sums in the order of ranks, identical bits everywhere") {
     // Float addition is not associative: the order decides the bits.
     std::vector<float> value = {1e8f, 1.0f, -1e8f, 3.5f};

@@ -81,6 +81,15 @@ TEST_CASE("interleaved with one chunk is 1F1B; its constraint on M is checked") 
     CHECK_THROWS_AS(one_f_one_b(2, 0), std::invalid_argument);
 }
 
+TEST_CASE("ZB-H1 is the paper's order: 1F1B with B split into BI and BW, rank r's BWs r behind") {
+    // Written out by hand from Qi et al. 2024 (figure 3's rule) for P = 3, M = 4, not by the code.
+    CHECK(to_string(zero_bubble_h1(3, 4)) ==
+          "rank 0: F0 F1 F2 BI0 BW0 F3 BI1 BW1 BI2 BW2 BI3 BW3\n"
+          "rank 1: F0 F1 BI0 F2 BI1 BW0 F3 BI2 BW1 BI3 BW2 BW3\n"
+          "rank 2: F0 BI0 F1 BI1 F2 BI2 BW0 F3 BI3 BW1 BW2 BW3\n");
+    CHECK_THROWS_AS(zero_bubble_h1(0, 4), std::invalid_argument);
+}
+
 TEST_CASE("validate rejects broken schedules with the reason") {
     Schedule s = gpipe(2, 3);  // each rank: F0 F1 F2 B0 B1 B2
 

@@ -58,7 +58,8 @@ void add_outer(std::vector<float>& dw, const float* u, const float* v) {
 }
 
 // ---- the Stage: layers [first, last). V = 1 here, so chunk is always 0 (with V > 1, key the
-// stash by (micro-batch, chunk) and give each chunk its own layers) ---------------------------
+// stash by (micro-batch, chunk) and give each chunk its own layers). B is pp::Stage's default:
+// BI, then BW. ----------------------------------------------------------------------------------
 class MlpStage : public pp::Stage {
  public:
     MlpStage(std::vector<Layer>& layers, int first, int last)
@@ -80,11 +81,6 @@ class MlpStage : public pp::Stage {
             s.dy[n_ - 1][k] = 2 * e / float(M * B * D);
         }
         return {};
-    }
-    pp::Buffer backward(int mb, int chunk) override {  // B = BI then BW
-        pp::Buffer dx = backward_input(mb, chunk);
-        backward_weight(mb, chunk);
-        return dx;
     }
     pp::Buffer backward_input(int mb, int) override {
         Stash& s = stash(mb);
@@ -118,15 +114,14 @@ class MlpStage : public pp::Stage {
     std::vector<float> out_ = std::vector<float>(B * D);
 };
 
-// ---- the Comm: mailboxes between threads, one mutex and one condition variable for all --------
-using Message = std::pair<int, std::vector<char>>;  // (tag, bytes)
-struct World {
-    explicit World(int ranks) : size(ranks) {}
-    int size;
+// ---- the Comm: mailboxes between threads, one mutex and one condition variable for all. The
+// Pipeline only calls group() and abort(); all-reduce and barrier (data parallelism) are left out.
+struct World {  // what the ranks share
+    int size = P;
     std::mutex mu;
     std::condition_variable cv;
-    std::map<std::pair<int, int>, std::deque<Message>> boxes;  // (src, dst): a FIFO
-    std::string aborted;                                       // why, once a rank has failed
+    std::map<std::pair<int, int>, std::deque<std::pair<int, std::vector<char>>>> boxes;  // (src, dst): FIFO of (tag, bytes)
+    std::string aborted;  // why, once a rank has failed
 };
 class MailboxComm : public pp::Comm {
  public:
@@ -141,9 +136,8 @@ class MailboxComm : public pp::Comm {
     }
     void recv(void* data, std::size_t bytes, int peer, int tag) override {  // waits 10 s at most
         std::unique_lock<std::mutex> lock(w_.mu);
-        std::deque<Message>& box = w_.boxes[{peer, rank_}];
-        auto ready = [&] { return !w_.aborted.empty() || !box.empty(); };
-        bool ok = w_.cv.wait_for(lock, std::chrono::seconds(10), ready);
+        auto& box = w_.boxes[{peer, rank_}];
+        bool ok = w_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return !w_.aborted.empty() || !box.empty(); });
         std::string what = "rank " + std::to_string(rank_) + ": recv from rank " + std::to_string(peer);
         if (!w_.aborted.empty()) throw std::runtime_error("aborted: " + w_.aborted);
         if (!ok) throw std::runtime_error(what + " timed out after 10 s");
@@ -156,12 +150,6 @@ class MailboxComm : public pp::Comm {
         for (const pp::P2POp& op : ops) if (op.send) send(op.data, op.bytes, op.peer, op.tag);
         for (const pp::P2POp& op : ops) if (!op.send) recv(op.data, op.bytes, op.peer, op.tag);
     }
-    void allreduce_sum(float* x, size_t n, const std::vector<int>& ranks) override { reduce(x, n, ranks); }
-    void allreduce_sum(double* x, size_t n, const std::vector<int>& ranks) override { reduce(x, n, ranks); }
-    void barrier() override {  // "here" to every other rank, then wait for theirs (tag -2: not a pipeline's)
-        for (int r = 0; r < w_.size; r++) if (r != rank_) send(nullptr, 0, r, -2);
-        for (int r = 0; r < w_.size; r++) if (r != rank_) recv(nullptr, 0, r, -2);
-    }
     void abort(const std::string& why) override {
         std::lock_guard<std::mutex> lock(w_.mu);
         if (w_.aborted.empty()) w_.aborted = why;
@@ -169,16 +157,6 @@ class MailboxComm : public pp::Comm {
     }
 
  private:
-    // Every rank sends its part to the others, then all add the parts in the order of `ranks` (tag -1).
-    template <class T> void reduce(T* x, std::size_t n, const std::vector<int>& ranks) {
-        for (int r : ranks) if (r != rank_) send(x, n * sizeof(T), r, -1);
-        std::vector<T> mine(x, x + n), part = mine;
-        for (size_t k = 0; k < ranks.size(); k++) {
-            if (ranks[k] != rank_) recv(part.data(), n * sizeof(T), ranks[k], -1);
-            else part = mine;
-            for (size_t i = 0; i < n; i++) x[i] = k == 0 ? part[i] : x[i] + part[i];
-        }
-    }
     World& w_;
     int rank_;
 };
@@ -188,35 +166,27 @@ struct Result { std::vector<Layer> layers = make_layers(); double loss = 0; std:
 
 Result run_pipeline(const pp::Schedule& schedule) {  // one thread per rank
     Result res;
-    World world(P);
-    std::vector<int> ranks;  // pipeline rank r is Comm rank r
-    for (int r = 0; r < P; r++) ranks.push_back(r);
-    std::vector<std::vector<pp::Event>> events(P);
-    std::chrono::steady_clock::time_point origin;  // rank 0 reads the clock once: one time axis for all
+    World world;
+    std::vector<int> ranks = {0, 1, 2, 3};  // pipeline rank r is Comm rank r
+    auto origin = std::chrono::steady_clock::now();  // one time axis for all ranks
     std::vector<std::string> errors(P);
     std::vector<std::thread> threads;
+    std::mutex mu;
     for (int r = 0; r < P; r++)
         threads.emplace_back([&, r] {
             try {
                 MailboxComm comm(world, r);
                 MlpStage stage(res.layers, r * L / P, (r + 1) * L / P);  // ranks touch disjoint layers
                 pp::Pipeline pipe(schedule, 1, stage, comm, r, ranks);
-                comm.barrier();  // start together...
-                if (r == 0) origin = std::chrono::steady_clock::now();
-                comm.barrier();  // ...from one origin: no receive can end before its send started
                 pipe.run_step(origin);
-                events[r] = pipe.timeline();
-                comm.allreduce_sum(&stage.loss, 1, ranks);  // only the last stage had a loss; now all do
-                if (r == 0) res.loss = stage.loss / (M * B * D);
+                std::lock_guard<std::mutex> lock(mu);
+                res.events.insert(res.events.end(), pipe.timeline().begin(), pipe.timeline().end());
+                if (r == P - 1) res.loss = stage.loss / (M * B * D);  // the last stage has the loss
             } catch (const std::exception& e) { errors[r] = e.what(); }
         });
     for (std::thread& t : threads) t.join();
-    for (int r = 0; r < P; r++) {
-        if (errors[r].empty()) continue;
-        std::printf("rank %d failed: %s\n", r, errors[r].c_str());
-        std::exit(1);
-    }
-    for (const auto& e : events) res.events.insert(res.events.end(), e.begin(), e.end());
+    for (int r = 0; r < P; r++)
+        if (!errors[r].empty()) std::printf("rank %d failed: %s\n", r, errors[r].c_str()), std::exit(1);
     return res;
 }
 
@@ -224,15 +194,15 @@ bool compare(const Result& got, const Result& want) {  // "<what>: bitwise equal
     bool loss_same = std::memcmp(&got.loss, &want.loss, sizeof(double)) == 0, grads_same = true;
     double worst = 0;
     for (int l = 0; l < L; l++)
-        for (auto m : {&Layer::dw1, &Layer::dw2}) {
-            const std::vector<float>&a = got.layers[l].*m, &b = want.layers[l].*m;
-            grads_same &= std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-            for (size_t k = 0; k < a.size(); k++) worst = std::max(worst, std::fabs(double(a[k]) - b[k]));
-        }
-    if (loss_same) std::printf("  loss: bitwise equal (%.9f)\n", got.loss);
-    else std::printf("  loss: pipeline %.9g, one thread %.9g\n", got.loss, want.loss);
-    if (grads_same) std::printf("  gradients: bitwise equal (%d layers x 2 matrices of %d x %d)\n", L, D, D);
-    else std::printf("  gradients: max difference %g\n", worst);
+        for (auto m : {&Layer::dw1, &Layer::dw2})
+            for (int k = 0; k < D * D; k++) {
+                float a = (got.layers[l].*m)[k], b = (want.layers[l].*m)[k];
+                grads_same &= std::memcmp(&a, &b, sizeof(float)) == 0;
+                worst = std::max(worst, std::fabs(double(a) - b));
+            }
+    std::printf("  loss: %s (%.9f; one thread %.9f)\n", loss_same ? "bitwise equal" : "differs", got.loss, want.loss);
+    std::printf("  gradients: %s (%d layers x 2 matrices of %d x %d; max difference %g)\n",
+                grads_same ? "bitwise equal" : "differ", L, D, D, worst);
     return loss_same && grads_same;
 }
 
@@ -250,13 +220,11 @@ int main() {
     std::printf("== step 2: the schedules, plain data from pipeline.hpp ==\n");
     pp::Schedule one_f_one_b = pp::one_f_one_b(P, M), zb = pp::zero_bubble_h1(P, M);
     std::printf("1f1b:\n%szb-h1:\n%s", pp::to_string(one_f_one_b).c_str(), pp::to_string(zb).c_str());
-    std::printf("look at: zb-h1 is 1f1b with each B split into BI and BW, rank r's BWs delayed by r "
-                "micro-batches.\n\n");
+    std::printf("look at: zb-h1 is 1f1b with each B split into BI and BW, rank r's BWs delayed by r.\n\n");
 
     bool ok = true;
-    int step = 3;
-    for (const auto& [name, schedule] : {std::pair{"1f1b", one_f_one_b}, std::pair{"zb-h1", zb}}) {
-        std::printf("== step %d: %s on %d threads, against one thread ==\n", step++, name, P);
+    for (const auto& [step, name, schedule] : {std::tuple{3, "1f1b", one_f_one_b}, std::tuple{4, "zb-h1", zb}}) {
+        std::printf("== step %d: %s on %d threads, against one thread ==\n", step, name, P);
         Result got = run_pipeline(schedule);
         ok &= compare(got, reference);
         std::printf("%s", pp::ascii_timeline(got.events, P, 100).c_str());
@@ -269,7 +237,7 @@ int main() {
 
     std::printf("question: what must your Stage guarantee for the bits to match (the order of its BWs, the\n"
                 "buffers it hands out, -ffp-contract)? And if your Comm's sends blocked until received, would\n"
-                "this group(), which posts them before the receives, still finish every schedule?\n");
-    std::printf("answer: docs/answers.md, section \"14 bring your own model\"\n");
+                "this group(), which posts them before the receives, still finish every schedule?\n"
+                "answer: docs/answers.md, section \"14 bring your own model\"\n");
     return ok ? 0 : 1;
 }

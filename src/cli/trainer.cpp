@@ -29,7 +29,7 @@
 #ifdef PIPETRAIN_NCCL
 #include "src/nccl_comm.hpp"
 #endif
-#include "src/interrupt.hpp"
+#include "src/cli/interrupt.hpp"
 #include "src/mpi_comm.hpp"
 #include "src/formats/io.hpp"
 #include "src/formats/json.hpp"
@@ -742,7 +742,7 @@ Batch batch_of_step(const Setup& s, int step) {
 }
 
 // What a rank adds to the step's loss reduction: whether a signal asked it to stop
-// (src/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
+// (src/cli/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
 // step line in its own kSlots slots (zero in every other rank's, so the sum is each rank's own
 // value, exactly): busy µs, span µs, peak stash bytes, stashes, and for metrics.jsonl µs in
 // send/recv groups, the shortest group's µs and the number of groups.

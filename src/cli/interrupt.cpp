@@ -1,5 +1,5 @@
-// src/interrupt.cpp — see interrupt.hpp.
-#include "src/interrupt.hpp"
+// src/cli/interrupt.cpp — see interrupt.hpp.
+#include "src/cli/interrupt.hpp"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// src/interrupt.hpp — Ctrl-C and SIGTERM during training: finish the step, save, say how to resume.
+// src/cli/interrupt.hpp — Ctrl-C and SIGTERM during training: finish the step, save, say how to resume.
 //
 // A signal handler may do almost nothing (only async-signal-safe calls), so the first SIGINT or
 // SIGTERM only records itself; the training loop reads interrupt_signal() at the end of every step

@@ -116,10 +116,46 @@ struct MpiWorld::Comms {
 
 bool mpi_built() { return true; }
 
+namespace {
+// Runs fn on this thread while a watchdog watches it from another (src/watchdog.hpp), which ends
+// the process if fn stops making progress for the timeout and a grace. Returns fn's error, or "".
+std::string watched(double timeout_s, int rank, const std::function<void()>& fn) {
+    Watchdog watchdog(1, timeout_s, rank);
+    std::thread supervisor([&] { watchdog.supervise(); });
+    std::string error;
+    watchdog.enter(0);
+    try {
+        fn();
+    } catch (const std::exception& e) {
+        error = e.what();
+    } catch (...) {
+        error = "unknown exception";
+    }
+    watchdog.leave(0, error);
+    supervisor.join();
+    return error;
+}
+
+// The rank the launcher gave this process, for the watchdog's report before MPI can say it.
+int launcher_rank() {
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+        if (const char* s = std::getenv(v)) return std::atoi(s);
+    return 0;
+}
+}  // namespace
+
 MpiWorld::MpiWorld(double timeout_s) : comms_(std::make_unique<Comms>()), timeout_s_(timeout_s) {
     if (timeout_s <= 0) throw std::invalid_argument("MpiWorld: need a timeout > 0, got " + seconds_text(timeout_s));
+    // MPI_Init and the node split wait for every process, with no deadline of MPI's and no
+    // nonblocking form before MPI 4: a watchdog gives them ours, as run_mpi_rank does the steps.
+    std::string error = watched(timeout_s, launcher_rank(), [&] { start(); });
+    if (!error.empty()) throw std::runtime_error(error);
+}
+
+void MpiWorld::start() {
     // FUNNELED: only the main thread calls MPI; the watchdog thread never does.
     int provided = 0;
+    beat("MPI start: MPI_Init");
     MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     if (provided < MPI_THREAD_FUNNELED) throw std::runtime_error("MPI: this MPI library offers no MPI_THREAD_FUNNELED");
@@ -133,14 +169,14 @@ MpiWorld::MpiWorld(double timeout_s) : comms_(std::make_unique<Comms>()), timeou
     int found = 0;
     MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found));
     tag_ub_ = found ? *static_cast<int*>(ub) : 32767;   // 32767: the least the standard allows
-    // The node's ranks, for the GPU of this one. MPI has no nonblocking split before MPI 4; like
-    // MPI_Init, it runs once at start, when the launcher has just started every process (and ends
-    // the job if one of them dies).
+    // The node's ranks, for the GPU of this one.
     MPI_Comm node;
+    beat("MPI start: the node split");
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
     MPI_CHECK(MPI_Comm_size(node, &local_size_));
     MPI_CHECK(MPI_Comm_free(&node));
+    beat("MPI start: the communicators");
     for (MPI_Comm* c : {&comms_->p2p, &comms_->coll}) {
         MPI_Request req;
         MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, c, &req));
@@ -435,20 +471,10 @@ void MpiComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>&
 // process (kWatchdogExit) if fn makes no progress for the timeout and a grace. mpirun then ends
 // the others: a process that exits without MPI_Finalize ends the job.
 void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>& fn) {
-    Watchdog watchdog(1, world.timeout_s(), world.rank());
-    std::thread supervisor([&] { watchdog.supervise(); });
-    std::string error;
-    watchdog.enter(0);
-    try {
+    std::string error = watched(world.timeout_s(), world.rank(), [&] {
         MpiComm comm(world);
         fn(comm);
-    } catch (const std::exception& e) {
-        error = e.what();
-    } catch (...) {
-        error = "unknown exception";
-    }
-    watchdog.leave(0, error);
-    supervisor.join();
+    });
     if (!error.empty()) world.abort(error);   // prints "rank R (HOST): ..." once, ends the job
 }
 

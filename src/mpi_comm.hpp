@@ -31,7 +31,9 @@ bool launched_by_mpi();
 bool mpi_built();
 
 // The MPI library of this process: initialized by the constructor, finalized by the destructor.
-// One per process, made and used on the main thread (MPI_THREAD_FUNNELED).
+// One per process, made and used on the main thread (MPI_THREAD_FUNNELED). The start waits for
+// every process of the job; if that takes longer than the timeout and a grace (a process that
+// never starts MPI), a watchdog ends this one with kWatchdogExit, naming the call it was in.
 class MpiWorld {
  public:
     explicit MpiWorld(double timeout_s);
@@ -54,6 +56,7 @@ class MpiWorld {
 
  private:
     friend class MpiComm;
+    void start();                    // the constructor's MPI calls, under a watchdog
     struct Comms;                    // the MPI communicators (mpi.h stays out of this header)
     std::unique_ptr<Comms> comms_;
     int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

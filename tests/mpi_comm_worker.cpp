@@ -189,11 +189,17 @@ void barrier(pp::Comm& comm) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: mpi_comm_worker exchange|timeout|abort|exit|kill TIMEOUT_S\n");
+        std::fprintf(stderr, "usage: mpi_comm_worker exchange|timeout|abort|exit|kill|late TIMEOUT_S\n");
         return 2;
     }
     const std::string mode = argv[1];
     try {
+        if (mode == "late") {   // rank 1 starts MPI 15 s after the others (read from mpirun's environment)
+            const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+            if (!rank) rank = std::getenv("PMI_RANK");
+            if (rank && std::atoi(rank) == 1) std::this_thread::sleep_for(std::chrono::seconds(15));
+            say("rank ?: starting MPI");
+        }
         pp::MpiWorld world(std::atof(argv[2]));
         pp::run_mpi_rank(world, [&](pp::Comm& comm) {
             const int me = comm.rank();
@@ -218,6 +224,8 @@ int main(int argc, char** argv) {
                     comm.abort("stage exploded");
                 }
                 comm.recv(buf.data(), buf.size(), 2, 0);
+            } else if (mode == "late") {
+                comm.barrier();
             } else if (mode == "exit" || mode == "kill") {
                 comm.barrier();   // everyone is up: now rank 1 goes, mid-exchange
                 if (me == 1) {

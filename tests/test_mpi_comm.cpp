@@ -87,6 +87,18 @@ TEST_CASE("a rank that dies mid-exchange ends the job within its timeout") {
     }
 }
 
+TEST_CASE("a process that starts MPI late ends the job after the timeout, naming the call it waited in") {
+    // Rank 1 sleeps 15 s before MPI_Init; rank 0 waits in MPI_Init, where MPI itself has no
+    // deadline (the old code waited the 15 s and then succeeded).
+    Job job = launch(2, "late", 2, 40, "rank ?: starting MPI");
+    INFO("mpirun output:\n" << job.out);
+    CHECK(job.code != 0);
+    CHECK(job.seconds < 2 + 2 + 4);   // the timeout, the watchdog's grace, then the job's end
+    CHECK(has(job.out, "watchdog: no progress from rank 0"));
+    CHECK(has(job.out, "rank 0: MPI start: MPI_Init, no progress for"));
+    CHECK(!has(job.out, "late ok"));
+}
+
 int main(int argc, char** argv) {
     if (int skip = test::mpi_skip_code()) return skip;
     doctest::Context ctx(argc, argv);

@@ -25,7 +25,8 @@ struct Device {
     std::string name() const { return cuda ? "cuda:" + std::to_string(index) : "cpu"; }
     bool operator==(const Device& o) const { return cuda == o.cuda && (!cuda || index == o.index); }
 };
-Device parse_device(const std::string& s);   // cpu | cuda | cuda:N, throws naming --device
+// cpu | cuda | cuda:N, throws naming --device; must_exist: and the GPU is on this machine
+Device parse_device(const std::string& s, bool must_exist = true);
 int cuda_device_count();                     // 0 when built without CUDA or no GPU is visible
 
 // This thread's device. `stream` numbers the thread's stream on a GPU: stages sharing one GPU

@@ -57,7 +57,15 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     Run one = run_cli("classify --model " + out + " 这家酒店很好");
     CHECK(one.code == 0);
     CHECK(one.out.find(" 这家酒店很好\n") != std::string::npos);
+    // Several texts: a line each, in order (the help says "per text").
+    Run two = run_cli("classify --model " + out + " 这家酒店很好 房间很脏");
+    CHECK_MESSAGE(two.code == 0, two.out);
+    CHECK(two.out.find(" 这家酒店很好\n") < two.out.find(" 房间很脏\n"));
+    CHECK(two.out.find(" 房间很脏\n") != std::string::npos);
     CHECK(run_cli("classify --model " + out).code != 0);
+    Run both = run_cli("classify --model " + out + " 这家酒店很好 --file " + kDev);
+    CHECK(both.code != 0);
+    CHECK(both.out.find("texts or --file, not both") != std::string::npos);
     // Without its head (pooler and classifier) the classifier is not evaluated: a random head
     // scored 0.5 and said nothing.
     pt::st::File f = pt::st::read(out + "/model.safetensors");

@@ -154,7 +154,7 @@ std::string shim_env(long kill_at, const std::string& count_file) {
 }
 
 std::string victim_command(const std::string& out) {
-    return std::string(PT_CLI) + " train --preset tiny" + run_flags + " --out " + out;
+    return std::string(PT_CLI) + " train --preset tiny" + run_flags + " --overwrite --out " + out;   // over the template's files
 }
 
 // Every directory under OUT after a kill: loads whole or is refused by name.
@@ -256,7 +256,7 @@ KillOutcome kill_at(long K, const std::string& root, const References& refs) {
     check_after_kill(out, refs, k, complete);
     if (!complete.empty()) fs::copy(out, fresh, fs::copy_options::recursive);
     k.resumed = !complete.empty();
-    const std::string fresh_start = "train --preset tiny" + run_flags + " --out ";
+    const std::string fresh_start = "train --preset tiny" + run_flags + " --overwrite --out ";
     if (k.resumed) {
         std::string last = out + "/checkpoint-" + std::to_string(*complete.rbegin());
         k.recovered = check_recovered("resume", run_cli("train" + run_flags + " --resume " + last + " --out " + out),

@@ -70,6 +70,10 @@ TEST_CASE("generate: a causal model continues the sentence it learned") {
     Run g = run_cli("generate --model " + out + " --prompt 今天天气 --tokens 6 --temperature 0");
     REQUIRE_MESSAGE(g.code == 0, g.out);
     CHECK(g.out == "今天天气很好，我们去\n");
+    // Past the learned sentence the model writes [SEP], which ends the text: it says so.
+    Run end = run_cli("generate --model " + out + " --prompt 今天天气 --tokens 60 --temperature 0");
+    REQUIRE_MESSAGE(end.code == 0, end.out);
+    CHECK_MESSAGE(end.out.find(" of --tokens 60: the model wrote [SEP], the end of a text\n") != std::string::npos, end.out);
     // Tokens that are not text are never sampled, however likely: with the output bias of
     // [CLS], [MASK] and [UNK] raised far above every other logit, the text is the same.
     pt::st::File f = pt::st::read(out + "/model.safetensors");

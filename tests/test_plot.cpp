@@ -147,8 +147,8 @@ TEST_CASE("metrics.jsonl: one line per step with the keys; eval on the evaluatio
     REQUIRE(lines.size() == 4);
     for (size_t i = 0; i < lines.size(); i++) CHECK(nlohmann::json::parse(lines[i])["step"] == int(i + 1));
 
-    // A fresh run into an existing OUT starts a new log.
-    r = run_cli(kRun + " --steps 3 --out " + out);
+    // A fresh run into an existing OUT (--overwrite: it holds a model) starts a new log.
+    r = run_cli(kRun + " --steps 3 --out " + out + " --overwrite");
     REQUIRE_MESSAGE(r.code == 0, r.out);
     CHECK(lines_of(read_file(out + "/metrics.jsonl")).size() == 3);
     // A run that fails before saving anything leaves no OUT (the log does not keep it).

@@ -59,7 +59,7 @@ TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
     // A checkpoint of another run, later than this one's: --keep 1 prunes this run's older
     // checkpoints, never that one and never the newest of its own.
     fs::create_directories(b + "/checkpoint-100");
-    Run saved = run_cli("train --preset tiny" + common + "--out " + b + " --save-every 1 --keep 1 --save-format paddle");
+    Run saved = run_cli("train --preset tiny" + common + "--out " + b + " --save-every 1 --keep 1 --save-format paddle --overwrite");
     REQUIRE_MESSAGE(saved.code == 0, saved.out);
     CHECK(fs::exists(b + "/checkpoint-100"));
     CHECK(fs::exists(b + "/checkpoint-4/trainer_state.json"));
@@ -78,7 +78,8 @@ TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
     // Dropout changes the bits, so a different --dropout is refused like a different --seed.
     Run drop = run_cli("train" + common + "--dropout 0 --out " + temp_dir("drop") + " --resume " + ckpt);
     CHECK(drop.code != 0);
-    CHECK(drop.out.find("--dropout: the checkpoint " + ckpt + " was trained with 0.1, not 0.0") != std::string::npos);
+    CHECK(drop.out.find("--dropout: the checkpoint " + ckpt + " was trained with 0.1, not 0.0: omit --dropout to continue "
+                        "with the checkpoint's") != std::string::npos);
     // A resumed run saves in the format of the run it continues (--save-format paddle above).
     std::string c = temp_dir("continued");
     Run cont = run_cli("train" + common + "--steps 4 --out " + c + " --resume " + ckpt);

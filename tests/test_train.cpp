@@ -7,6 +7,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "src/formats/config_json.hpp"
@@ -219,20 +221,21 @@ TEST_CASE("pipetrain CMD --help prints that command's usage and exits 0") {
         CAPTURE(c.args);
         CAPTURE(r.out);
         CHECK(r.code == 0);
-        CHECK(r.out.rfind("usage: pipetrain\n", 0) == 0);
+        CHECK(r.out.rfind("usage: pipetrain " + c.args.substr(0, c.args.find(' ')) + " ", 0) == 0);
         CHECK(r.out.find(c.has) != std::string::npos);
         CHECK(r.out.find(c.lacks) == std::string::npos);
     }
     CHECK(run_cli("frobnicate --help").code != 0);
     // The defaults are printed, and they are the ones a run uses.
     Run help = run_cli("train --help");
-    CHECK(help.out.find("defaults: --preset tiny --stages 1 --micro-batches 1 --batch 8 --seq 64") != std::string::npos);
+    CHECK(help.out.find("defaults: --preset tiny --blocks the preset's --stages 1 --micro-batches 1 --batch 8 --seq 64") !=
+          std::string::npos);
     CHECK(help.out.find("--steps 10 --lr 1e-3") != std::string::npos);
     std::string out = temp_dir("defaults");
     Run r = run_cli("train --preset tiny --data " + kSample + " --out " + out);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("step 10/10") != std::string::npos);
-    CHECK(r.out.find("1 micro-batches of 8 rows") != std::string::npos);
+    CHECK(r.out.find("1 stage × 1 replica, schedule gpipe, 1 micro-batch of 8 rows") != std::string::npos);   // no "1 micro-batches"
     CHECK(r.out.find("stage 0: [0 1 2 3 4 5] (embedding, blocks 0-3, head)") != std::string::npos);
     fs::remove_all(out);
 }
@@ -343,6 +346,13 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"partition --model " + fixture("bad/base_tiny") + " --seq 9", "--seq: 9 exceeds the model's max_position_embeddings 8"},   // it crashed
         {"partition --model " + fixture("bad/base_tiny") + " --preset tiny", "--model / --preset: give exactly one of them"},
         {"frobnicate", "unknown command \"frobnicate\""},
+        {"trian --preset tiny", "unknown command \"trian\"; did you mean train?"},
+        {"train --preset tiny --data " + kSample + " --stages 2 --schedule interleaved", "--chunks: interleaved needs --chunks V"},
+        {"train --preset tiny --data " + kSample + " --stages 2 --schedule looped-bfs", "--chunks: looped-bfs needs --chunks V"},
+        {"train --preset tiny --data " + kSample + " --stages 2 --schedule interleaved-zb", "--chunks: interleaved-zb needs"},
+        {"train --preset tiny --data " + kSample + " --stages 8",   // it said what was wrong, not what to do
+         "the model has 6 (embedding, 4 blocks, head): use --stages 6 or fewer, or a model with more blocks (--blocks"},
+        {"train --model " + fixture("bad/base_tiny") + " --data " + kSample + " --blocks 3", "--blocks: only with --preset"},
     };
     for (const Case& c : cases) {
         Run r = run_cli(c.args + (c.args.rfind("train", 0) == 0 ? " --out " + out : ""));
@@ -410,4 +420,109 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     CHECK(r.code != 0);
     CHECK(r.out.find("--out: cannot create /dev/null/model") != std::string::npos);
     CHECK(r.out.find("step 1/") == std::string::npos);
+}
+
+TEST_CASE("--out holding a model or checkpoints is refused unless --overwrite; --resume from inside it is not") {
+    std::string out = temp_dir("replace");
+    std::string flags = "train --preset tiny --data " + kSample + " --steps 2 --batch 4 --seq 16 --out " + out;
+    REQUIRE(run_cli(flags + " --save-every 1").code == 0);
+    std::string model = read_file(out + "/model.safetensors");
+    Run again = run_cli(flags + " --seed 7");   // it silently replaced the model
+    CHECK(again.code != 0);
+    CHECK_MESSAGE(again.out.find("--out: " + out + " already holds a model (checkpoint-1, checkpoint-2, config.json, "
+                                 "model.safetensors), which this run would replace: choose another --out, or add --overwrite") !=
+                      std::string::npos,
+                  again.out);
+    CHECK(read_file(out + "/model.safetensors") == model);
+    Run resumed = run_cli("train --resume " + out + "/checkpoint-1 --data " + kSample + " --out " + out);
+    CHECK_MESSAGE(resumed.code == 0, resumed.out);
+    CHECK(read_file(out + "/model.safetensors") == model);   // the same run, continued: the same bits
+    Run replaced = run_cli(flags + " --seed 7 --overwrite");
+    CHECK_MESSAGE(replaced.code == 0, replaced.out);
+    CHECK(read_file(out + "/model.safetensors") != model);
+    fs::remove_all(out);
+}
+
+TEST_CASE("--dry-run checks the flags and plans the pipeline, reading no data and writing nothing") {
+    std::string out = temp_dir("dry");
+    fs::remove_all(out);
+    // Paths of another machine: not read, not made.
+    Run r = run_cli("train --preset tiny --blocks 7 --data /shared/poems.txt --stages 8 --micro-batches 8 --batch 32 "
+                    "--device cuda --out " + out + " --dry-run");
+    CHECK_MESSAGE(r.code == 0, r.out);
+    CHECK(r.out.find("model: 7 blocks, hidden 64") != std::string::npos);
+    CHECK(r.out.find("  stage 7: [8] (head)") != std::string::npos);
+    CHECK(r.out.find("dry run: the flags and the plan are valid (8 stages × 1 replica = 8 ranks)") != std::string::npos);
+    CHECK(!fs::exists(out));
+    Run bad = run_cli("train --preset tiny --data /shared/poems.txt --stages 8 --out " + out + " --dry-run");
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("--stages: 8 stages × 1 chunk need at least 8 layers") != std::string::npos);
+    CHECK(run_cli("train --preset tiny --data /shared/poems.txt --device cuda:x --out " + out + " --dry-run").code != 0);
+    CHECK(!fs::exists(out));
+}
+
+TEST_CASE("the end of a run says why its bubble is what it is, and which stage holds the others up") {
+    std::string out = temp_dir("bubble");
+    // One layer per stage, a causal head over a 4000-token vocabulary: the head's stage computes
+    // several times what the embedding's and the block's do.
+    std::string flags = "train --preset tiny --blocks 1 --objective causal --inputs " +
+                        fixture("ernie/ernie1-like/inputs.safetensors") + " --steps 2 --micro-batches 3 --stages 3 --out " + out;
+    Run uniform = run_cli(flags + " --partition uniform");
+    REQUIRE_MESSAGE(uniform.code == 0, uniform.out);
+    CHECK_MESSAGE(uniform.out.find("bubble: measured ") != std::string::npos, uniform.out);
+    CHECK(uniform.out.find("| 1f1b with equal stages 40.0% | these stages, simulated from their times measured alone: ") !=
+          std::string::npos);
+    CHECK(uniform.out.find("stage 2 computes ") != std::string::npos);
+    CHECK(uniform.out.find("(head): --partition time balances measured times") != std::string::npos);
+    fs::remove_all(out);
+    Run timed = run_cli(flags);   // the default split is by time; one layer a stage cannot be split finer
+    REQUIRE_MESSAGE(timed.code == 0, timed.out);
+    CHECK(timed.out.find("(head): its layers cannot be split finer: fewer --stages") != std::string::npos);
+    fs::remove_all(out);
+    // With layers to spare, the default split balances the stages: no stage is named.
+    Run balanced = run_cli("train --preset tiny --data " + kSample + " --steps 2 --batch 16 --seq 32 --micro-batches 8 "
+                           "--stages 2 --out " + out);
+    REQUIRE_MESSAGE(balanced.code == 0, balanced.out);
+    CHECK(balanced.out.find("  stage 0: [0] (embedding)") == std::string::npos);
+    CHECK(balanced.out.find(" computes ") == std::string::npos);
+    fs::remove_all(out);
+    // More stage threads than cores: the run says so, and what the schedule would give on enough.
+    unsigned cores = std::thread::hardware_concurrency();
+    if (cores >= 8) {
+        MESSAGE("skipped: " << cores << " cores, so 8 stages do not oversubscribe this machine");
+        return;
+    }
+    Run many = run_cli("train --preset tiny --blocks 6 --data " + kSample + " --steps 1 --batch 16 --seq 32 --micro-batches 8 "
+                       "--stages 8 --out " + out);
+    REQUIRE_MESSAGE(many.code == 0, many.out);
+    CHECK(many.out.find("note: 8 compute threads on " + std::to_string(cores) + " cores take turns") != std::string::npos);
+    CHECK(many.out.find("note: 8 compute threads share " + std::to_string(cores) + " cores here") != std::string::npos);
+    CHECK(many.out.find("on 8 free cores the simulator expects ") != std::string::npos);
+    fs::remove_all(out);
+}
+
+TEST_CASE("timelines are as wide as the terminal, asked of the terminal itself") {
+    // bash sets COLUMNS without exporting it: the program must ask the terminal (a pty of 160 here).
+    if (run_command("command -v script").code != 0) {
+        MESSAGE("skipped: no `script` (util-linux) to run the command on a terminal");
+        return;
+    }
+    Run r = run_command("env -u COLUMNS script -qec 'stty cols 160 rows 40; " + std::string(PT_CLI) +
+                        " schedule --stages 4 --micro-batches 8 --schedule zbv' /dev/null");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    size_t widest = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.rfind("rank ", 0) == 0) widest = std::max(widest, line.size());
+    }
+    CHECK_MESSAGE(widest == 160, r.out);
+    Run narrow = run_command("env COLUMNS=60 " + std::string(PT_CLI) + " schedule --stages 4 --micro-batches 8 > /dev/null");
+    CHECK(narrow.code == 0);
+}
+
+TEST_CASE("the tutorials have a build target of their own") {
+    std::string build = fs::path(PT_CLI).parent_path().string();
+    Run r = run_command("cmake --build " + build + " --target tutorials");
+    CHECK_MESSAGE(r.code == 0, r.out);
 }

@@ -1,5 +1,8 @@
 #include "src/cli/args.hpp"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -27,6 +30,26 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
+int terminal_columns() {
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+        winsize size{};
+        if (isatty(fd) && ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+    }
+    const char* columns = std::getenv("COLUMNS");
+    int n = columns ? std::atoi(columns) : 0;
+    return n > 0 ? n : 100;
+}
+
+std::string nearest_name(const std::string& word, const std::vector<std::string>& known) {
+    std::string nearest;
+    size_t best = 3;
+    for (const std::string& k : known) {
+        size_t d = edit_distance(word, k);
+        if (d < best) best = d, nearest = k;
+    }
+    return nearest;
+}
+
 Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& valued,
            const std::set<std::string>& switches, bool take_positional) {
     for (size_t i = 0; i < argv.size(); i++) {
@@ -46,14 +69,10 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
         } else if (switches.count(a)) {
             switches_on_.insert(a);
         } else {
-            std::string known, nearest;
-            size_t best = 3;   // a suggestion within two edits ("--step" for "--steps", "--seeds", "--sed")
-            for (const std::set<std::string>* names : {&valued, &switches})
-                for (const auto& s : *names) {
-                    known += " " + s;
-                    size_t d = edit_distance(a, s);
-                    if (d < best) best = d, nearest = s;
-                }
+            std::vector<std::string> names(valued.begin(), valued.end());
+            names.insert(names.end(), switches.begin(), switches.end());
+            std::string known, nearest = nearest_name(a, names);
+            for (const std::string& s : names) known += " " + s;
             throw std::runtime_error(a + ": unknown flag" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
                                      " (known:" + known + ")");
         }

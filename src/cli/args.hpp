@@ -9,6 +9,19 @@
 
 namespace pt {
 
+// The name in `known` nearest to `word` within two edits ("--step" for "--steps", "trian" for
+// "train"), or "" when none is that close.
+std::string nearest_name(const std::string& word, const std::vector<std::string>& known);
+
+// The width of the terminal that stdout (or else stderr) shows, asked of the terminal itself; then
+// $COLUMNS (bash sets it without exporting it, so a program rarely sees it); then 100.
+int terminal_columns();
+
+// "1 stage", "4 stages", "1 micro-batch": a count with its noun, in the singular for one.
+inline std::string count_of(long long n, const std::string& noun, const std::string& plural = "") {
+    return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
+}
+
 class Args {
  public:
     // `valued` lists the flags that take a value, `switches` the ones that do not. A command

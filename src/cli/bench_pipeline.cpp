@@ -232,7 +232,7 @@ void bench_stages(std::vector<BenchRow>& rows, const ModelConfig& cfg, const std
         std::printf("  %-14s measured %.1f ms | predicted %.1f ms, ratio %.2f | replayed %.1f ms, ratio %.2f\n", name.c_str(),
                     m.makespan / 1000, predicted.makespan / 1000, m.makespan / predicted.makespan,
                     replayed.makespan / 1000, m.makespan / replayed.makespan);
-        if (P == 2 && name == schedules.back()) std::printf("%s", pp::ascii_timeline(m.events, P).c_str());
+        if (P == 2 && name == schedules.back()) std::printf("%s", pp::ascii_timeline(m.events, P, terminal_columns()).c_str());
     }
 }
 

@@ -30,6 +30,7 @@ int plot_main(const std::vector<std::string>& args);             // plot.cpp: OU
 pp::Schedule make_schedule(const std::string& name, int P, int M, int V);
 int default_chunks(const std::string& name);
 bool takes_chunks(const std::string& name);   // interleaved, interleaved-zb, looped-bfs: any --chunks V
+void require_chunks(const std::string& name, bool given);   // those three need --chunks: an error without it
 
 // ---- plot.cpp: what `train` keeps of a run for `pipetrain plot` ------------------------------
 // OUT/metrics.jsonl (a line per step), OUT/schedule.json (what to simulate), counters in --trace.

@@ -158,6 +158,7 @@ int generate_main(const std::vector<std::string>& argv) {
     for (int32_t id : {m.tok->cls_id(), m.tok->mask_id(), m.tok->unk_id()})
         if (id >= 0 && id < V) never[id] = true;
     int made = 0;
+    std::string ended;   // the token that ended the text early, if one did
     for (; made < n_new && int(ids.size()) < m.cfg.max_position_embeddings; made++) {
         std::vector<float> logits = logits_of(m, ids, true);
         float* last = logits.data() + (ids.size() - 1) * V;
@@ -174,12 +175,18 @@ int generate_main(const std::vector<std::string>& argv) {
         int pick = 0;
         while (pick + 1 < K && (r -= w[pick]) > 0) pick++;
         int32_t id = order[pick];
-        if (id == m.tok->sep_id() || id == m.tok->pad_id()) break;
+        if (id == m.tok->sep_id() || id == m.tok->pad_id()) {
+            ended = m.tok->token(id);
+            break;
+        }
         ids.push_back(id);
         pieces.push_back(m.tok->token(id));
     }
     std::printf("%s\n", detokenize(pieces).c_str());
-    if (made < n_new && int(ids.size()) == m.cfg.max_position_embeddings)
+    if (!ended.empty())
+        std::fprintf(stderr, "generate: stopped after %d of --tokens %d: the model wrote %s, the end of a text\n", made,
+                     n_new, ended.c_str());
+    else if (made < n_new && int(ids.size()) == m.cfg.max_position_embeddings)
         std::fprintf(stderr, "generate: stopped at the model's %d positions (max_position_embeddings)\n",
                      m.cfg.max_position_embeddings);
     return 0;
@@ -201,10 +208,12 @@ std::vector<std::string> label_names(const std::string& dir, int num_labels) {
     return names;
 }
 
-// (where, text): TEXT, or F's lines; a TSV whose header names text_a (as for training) gives that column.
+// (where, text): each TEXT, or F's lines; a TSV whose header names text_a (as for training) gives
+// that column.
 std::vector<std::pair<std::string, std::string>> texts_to_classify(const Args& a) {
     std::vector<std::pair<std::string, std::string>> texts;
-    if (!a.has("--file")) return {{"TEXT", a.positional()[0]}};
+    for (size_t i = 0; i < a.positional().size(); i++) texts.push_back({"TEXT " + std::to_string(i + 1), a.positional()[i]});
+    if (!a.has("--file")) return texts;
     std::vector<std::string> lines = read_lines(a.str("--file"));
     std::vector<std::string> header = lines.empty() ? std::vector<std::string>{} : split(lines[0], '\t');
     auto column = std::find(header.begin(), header.end(), "text_a");
@@ -230,8 +239,8 @@ int classify_main(const std::vector<std::string>& argv) {
     ModelConfig cfg = load_model_config(dir);
     if (cfg.num_labels == 0)
         throw std::runtime_error(dir + ": not a classifier (config.json has no num_labels); fill-mask or generate read it");
-    if (a.has("--file") == (a.positional().size() == 1) || a.positional().size() > 1)
-        throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT | --file F)");
+    if (a.has("--file") == !a.positional().empty())
+        throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT... | --file F): texts or --file, not both");
     Tokenizer tok = Tokenizer::from_file(dir + "/vocab.txt");
     std::vector<std::unique_ptr<Layer>> owned;
     std::vector<Layer*> layers;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/tokenizer.hpp"
@@ -24,24 +25,27 @@ const char* kUsage =
     "             [--stages P] [--micro-batches M] [--batch B] [--seq L] [--dp D] [--chunks V]\n"
     "             [--schedule gpipe|1f1b|interleaved|looped-bfs|zb-h1|zb-h2|interleaved-zb|zbv|dualpipev|auto]\n"
     "             [--memory-cap BYTES (auto)] [--recompute none|full]\n"
-    "             [--partition params|time|memory|uniform] [--objective mlm|causal] [--vocab-size N]\n"
+    "             [--partition time|params|memory|uniform] [--objective mlm|causal] [--vocab-size N] [--blocks N]\n"
     "             [--steps N] [--lr X] [--warmup N] [--weight-decay X] [--clip X] [--dropout P] [--seed S]\n"
     "             [--task classify --labels N [--eval DEV.tsv]] [--eval-every N]\n"
     "             [--save-every K [--keep K]] [--save-format hf|paddle] [--trace F.json] [--dump-grads F]\n"
     "             [--threads T] [--timeout SECONDS] [--device cpu|cuda[:N]] [--dtype fp32|bf16]\n"
-    "             [--comm auto|thread|nccl]\n"
-    "             defaults: --preset tiny --stages 1 --micro-batches 1 --batch 8 --seq 64 --dp 1 --chunks 1 (2 for\n"
-    "             zbv, dualpipev) --schedule gpipe (P = 1) or 1f1b --recompute none --partition params (time for\n"
-    "             auto) --memory-cap P stashes --steps 10 --lr 1e-3 --warmup steps/10 --weight-decay 0.01 --clip 1\n"
-    "             --dropout the model's (0.1) --seed 1234 --threads 1 --timeout 120 --device cpu --dtype fp32\n"
-    "             --comm auto --save-format hf --keep 2 --eval-every steps/5 for a classifier, else 0 (never)\n"
+    "             [--comm auto|thread|nccl|mpi] [--overwrite] [--dry-run]\n"
+    "             defaults: --preset tiny --blocks the preset's --stages 1 --micro-batches 1 --batch 8 --seq 64\n"
+    "             --dp 1 --chunks 1 (2 for zbv, dualpipev) --schedule gpipe (P = 1) or 1f1b --recompute none\n"
+    "             --partition time --memory-cap P stashes --steps 10 --lr 1e-3 --warmup steps/10\n"
+    "             --weight-decay 0.01 --clip 1 --dropout the model's (0.1) --seed 1234 --threads 1 --timeout 120\n"
+    "             --device cpu --dtype fp32 --comm auto --save-format hf --keep 2 --eval-every steps/5 for a\n"
+    "             classifier, else 0 (never)\n"
+    "             --overwrite: replace the model or checkpoints already in --out; --dry-run: check the flags\n"
+    "             and plan the pipeline, without reading --data, training or writing anything\n"
     "  eval       --model DIR (--data F | --inputs F.safetensors) [--objective mlm|causal] [--seq L]\n"
     "             [--seed S] [--threads T] [--dump-logits F]\n"
     "             defaults: --seq 64 --seed 1234 --threads 1, --objective the model's\n"
     "  fill-mask  --model DIR [--top K] TEXT           top-K tokens for each [MASK]; defaults: --top 5\n"
     "  generate   --model DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--seed S]\n"
     "             defaults: --tokens 32 --temperature 0.8 --top-k 8 --seed 1\n"
-    "  classify   --model DIR [--seq L] (TEXT | --file F)   the label and its probabilities, per text\n"
+    "  classify   --model DIR [--seq L] (TEXT... | --file F)   the label and its probabilities, per text\n"
     "             defaults: --seq 128, or the model's max_position_embeddings if fewer\n"
     "  inspect    FILE.safetensors | DIR [--strict]\n"
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
@@ -50,7 +54,7 @@ const char* kUsage =
     "             [--memory-cap STASHES (auto)] [--overlap] [--trace F] [--svg F.svg]\n"
     "             defaults: --stages 4 --micro-batches 8 --schedule 1f1b --chunks 1 (2 for zbv, dualpipev)\n"
     "             --costs 1,1,1,0 --memory-cap P\n"
-    "  partition  (--model DIR | --preset NAME) [--stages P] [--by time|params|memory|uniform] [--batch B]\n"
+    "  partition  (--model DIR | --preset NAME [--blocks N]) [--stages P] [--by time|params|memory|uniform] [--batch B]\n"
     "             [--seq L]   defaults: --stages 4 --by time --batch 4 --seq 64 (or the model's positions)\n"
     "  plot       OUT | --metrics F.jsonl [--trace F.json] [--schedule F.json] --out DIR\n"
     "             SVG pictures of a run: loss.svg, throughput.svg, timeline.svg (measured and simulated)\n"
@@ -63,32 +67,39 @@ const char* kUsage =
     "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command;\n"
     "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best)\n";
 
-// `pipetrain CMD --help`: CMD's lines of kUsage (its own and the indented ones continuing it).
+// `pipetrain CMD --help`: CMD's lines of kUsage (its own and the indented ones continuing it), the
+// first one as "usage: pipetrain CMD ...".
 std::string usage_of(const std::string& cmd) {
     std::string out, line;
     bool in = false;
     for (std::istringstream lines(kUsage); std::getline(lines, line);) {
-        if (line.rfind("  ", 0) == 0 && line[2] != ' ') in = line.compare(2, cmd.size() + 1, cmd + " ") == 0;
+        if (line.rfind("  ", 0) == 0 && line[2] != ' ') {
+            in = line.compare(2, cmd.size() + 1, cmd + " ") == 0;
+            if (in) line = "usage: pipetrain " + cmd + " " + line.substr(line.find_first_not_of(' ', 2 + cmd.size()));
+        }
         if (in) out += line + "\n";
     }
     return out;
 }
 
+using Command = int (*)(const std::vector<std::string>&);
+const std::vector<std::pair<std::string, Command>> kCommands = {
+    {"train", pt::train_main}, {"eval", pt::eval_main}, {"fill-mask", pt::fill_mask_main},
+    {"generate", pt::generate_main}, {"classify", pt::classify_main}, {"inspect", pt::inspect_main},
+    {"tokenize", pt::tokenize_main}, {"vocab", pt::vocab_main}, {"schedule", pt::schedule_main},
+    {"partition", pt::partition_main}, {"plot", pt::plot_main}, {"bench-pipeline", pt::bench_pipeline_main},
+    {"bench-gemm", pt::bench_gemm_main}};
+
 int run(const std::string& cmd, const std::vector<std::string>& args, const char* program) {
     if (cmd == "train") return pt::train_main(args, program);   // 130/143 after Ctrl-C/SIGTERM
-    if (cmd == "eval") return pt::eval_main(args);
-    if (cmd == "tokenize") return pt::tokenize_main(args);
-    if (cmd == "vocab") return pt::vocab_main(args);
-    if (cmd == "schedule") return pt::schedule_main(args);
-    if (cmd == "partition") return pt::partition_main(args);
-    if (cmd == "fill-mask") return pt::fill_mask_main(args);
-    if (cmd == "generate") return pt::generate_main(args);
-    if (cmd == "classify") return pt::classify_main(args);
-    if (cmd == "inspect") return pt::inspect_main(args);
-    if (cmd == "bench-pipeline") return pt::bench_pipeline_main(args);
-    if (cmd == "bench-gemm") return pt::bench_gemm_main(args);
-    if (cmd == "plot") return pt::plot_main(args);
-    std::fprintf(stderr, "pipetrain: unknown command \"%s\" (pipetrain --help lists them)\n", cmd.c_str());
+    std::vector<std::string> names;
+    for (const auto& [name, command] : kCommands) {
+        if (name == cmd) return command(args);
+        names.push_back(name);
+    }
+    std::string nearest = pt::nearest_name(cmd, names);
+    std::fprintf(stderr, "pipetrain: unknown command \"%s\"%s (pipetrain --help lists them)\n", cmd.c_str(),
+                 nearest.empty() ? "" : ("; did you mean " + nearest + "?").c_str());
     return 2;
 }
 
@@ -123,7 +134,7 @@ int main(int argc, char** argv) {
     std::string cmd = argv[1];
     std::vector<std::string> args(argv + 2, argv + argc);
     for (const std::string& a : args)
-        if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("usage: pipetrain\n%s", usage_of(cmd).c_str()), 0;
+        if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("%s", usage_of(cmd).c_str()), 0;
     try {
         const auto t0 = std::chrono::steady_clock::now();
         int rc = run(cmd, args, argv[0]);

@@ -18,6 +18,13 @@ bool takes_chunks(const std::string& name) {
     return name == "interleaved" || name == "interleaved-zb" || name == "looped-bfs";
 }
 
+// interleaved, interleaved-zb and looped-bfs without --chunks would silently be their V = 1 case.
+void require_chunks(const std::string& name, bool given) {
+    if (takes_chunks(name) && !given)
+        throw std::runtime_error("--chunks: " + name + " needs --chunks V, its chunks per rank (V = 1 is plain " +
+                                 (name == "looped-bfs" ? "gpipe" : name == "interleaved" ? "1f1b" : "zb-h1") + ")");
+}
+
 // Every schedule but auto (which needs costs: plan_auto).
 pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
     bool chunked = takes_chunks(name);

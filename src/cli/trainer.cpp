@@ -16,6 +16,7 @@
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -97,17 +98,19 @@ std::unique_ptr<Tokenizer> choose_model(const Args& a, bool training, bool has_d
         throw std::runtime_error("--model / --preset / --resume: give only one of them");
     if (a.has("--model") || a.has("--resume")) {
         if (a.has("--vocab-size")) throw std::runtime_error("--vocab-size: only with --preset (the model has its vocab.txt)");
+        if (a.has("--blocks")) throw std::runtime_error("--blocks: only with --preset (the model's config.json has its blocks)");
         s.model_dir = a.has("--resume") ? a.str("--resume") : a.str("--model");
         s.cfg = load_model_config(s.model_dir);
         s.vocab = load_vocab_lines(s.model_dir, s.cfg);
         if (!s.vocab.empty()) tok = std::make_unique<Tokenizer>(s.vocab, s.model_dir + "/vocab.txt");
-        else if (has_data) throw std::runtime_error(s.model_dir + "/vocab.txt: missing (needed to tokenize --data)");
+        else if (has_data && !a.has("--dry-run")) throw std::runtime_error(s.model_dir + "/vocab.txt: missing (needed to tokenize --data)");
     } else {
         if (!training) throw std::runtime_error("--model: required");
         if (a.has("--vocab-size") && !has_data)
             throw std::runtime_error("--vocab-size: only with --data (the vocabulary is built from the corpus)");
         s.cfg = ModelConfig::preset(a.str("--preset", "tiny"));
-        if (has_data) {
+        s.cfg.num_hidden_layers = int(a.integer("--blocks", s.cfg.num_hidden_layers, 1, 1024));
+        if (has_data && !a.has("--dry-run")) {
             // A preset trained on a corpus gets a vocabulary built from that corpus.
             int max_vocab = int(a.integer("--vocab-size", s.cfg.vocab_size, 16, 1 << 20));
             s.vocab = build_vocab_file(a.str("--data"), size_t(max_vocab));
@@ -184,7 +187,8 @@ Setup make_setup(const Args& a, bool training) {
         throw std::runtime_error("--seq: " + std::to_string(s.T) + " exceeds the model's max_position_embeddings " +
                                  std::to_string(s.cfg.max_position_embeddings));
 
-    load_data(a, classify, tok.get(), s);
+    // --dry-run reads no corpus or TSV (it may be on another machine): the plan needs only the model.
+    if (!(a.has("--dry-run") && has_data)) load_data(a, classify, tok.get(), s);
     return s;
 }
 
@@ -210,9 +214,11 @@ std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs,
                                                        pp::Placement placement = pp::Placement::loop) {
     int S = P * V, L = int(costs.cost.size());
     if (S > L)
-        throw std::runtime_error("--stages: " + std::to_string(P) + " stages × " + std::to_string(V) +
-                                 " chunks need at least " + std::to_string(S) + " layers, the model has " +
-                                 std::to_string(L) + " (embedding + blocks + head)");
+        throw std::runtime_error("--stages: " + count_of(P, "stage") + " × " + count_of(V, "chunk") + " need at least " +
+                                 count_of(S, "layer") + ", the model has " + std::to_string(L) + " (embedding, " +
+                                 count_of(L - 2, "block") + ", head): use --stages " + std::to_string(L / V) +
+                                 " or fewer" + (V > 1 ? ", fewer --chunks" : "") +
+                                 ", or a model with more blocks (--blocks N with a preset; --preset small has 8 layers)");
     if (costs.by == "memory" && V > 1)
         throw std::runtime_error("--partition memory: balances 1F1B's in-flight stashes, not those of --chunks > 1");
     std::vector<int> bounds = costs.by == "memory" ? pp::partition_memory(costs.weights, costs.cost, P)
@@ -261,7 +267,9 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
         auto l = make_layer(cfg, i);
         l->init(1, 0.02f);
         costs.weights[i] = 4.0 * sizeof(float) * double(l->params.size());   // parameter, gradient, two AdamW moments
-        for (int rep = 0; rep < (by == "time" ? 3 : 1); rep++) {   // each piece: the best of 3
+        // Each piece: the best of 3, after one untimed run (its first call allocates and faults memory in).
+        for (int rep = by == "time" ? -1 : 0; rep < (by == "time" ? 3 : 1); rep++) {
+            if (rep == 0) costs.f[i] = costs.bi[i] = costs.bw[i] = 1e30;
             auto t0 = Clock::now();
             Buf out(l->out_numel(B, T));
             auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
@@ -373,6 +381,7 @@ struct World {
     std::string plan_note;                             // --schedule auto: what the plan predicts
     std::vector<std::vector<std::vector<int>>> split;  // [p][chunk] = model layer indices
     std::vector<int> owner;                            // [layer] = the pipeline rank that holds it
+    std::vector<pp::Costs> stage_costs;                // [p] F, BI, BW of one action, measured alone (s)
     Recompute recompute = Recompute::none;
     RunOptions run_opt;
     // [rank]: the stages and AdamW moments of this process's ranks; null for another process's.
@@ -618,7 +627,8 @@ void check_resume_state(World& w, const std::string& dir, const nlohmann::json& 
     for (const auto& [key, value] : w.state.items())
         if (!saved.contains(key) || saved[key] != value)
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
-                                     (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " + value.dump());
+                                     (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " +
+                                     value.dump() + ": omit --" + key + " to continue with the checkpoint's");
     if (saved["step"].get<int64_t>() > w.steps)
         throw std::runtime_error("--steps: the checkpoint is at step " + saved["step"].dump());
     w.start_step = saved["step"].get<int>();
@@ -865,11 +875,15 @@ std::string shell_quoted(const std::string& word) {
 std::string continue_command(const std::string& program, const std::vector<std::string>& argv,
                              const std::string& checkpoint) {
     std::string cmd = shell_quoted(program) + " train --resume " + shell_quoted(checkpoint);
-    for (size_t i = 0; i + 1 < argv.size(); i += 2) {   // `train` takes "--flag value" pairs only
+    for (size_t i = 0; i < argv.size(); i++) {   // "--flag value" pairs, and the switches alone
         const std::string& flag = argv[i];
-        if (flag == "--model" || flag == "--preset" || flag == "--resume" || flag == "--vocab-size" || flag == "--dump-grads")
+        if (flag == "--overwrite" || flag == "--dry-run") continue;   // the checkpoint is inside --out: no need
+        if (i + 1 >= argv.size()) break;
+        i++;
+        if (flag == "--model" || flag == "--preset" || flag == "--blocks" || flag == "--resume" || flag == "--vocab-size" ||
+            flag == "--dump-grads")
             continue;
-        cmd += " " + flag + " " + shell_quoted(argv[i + 1]);
+        cmd += " " + flag + " " + shell_quoted(argv[i]);
     }
     return cmd;
 }
@@ -893,7 +907,7 @@ void read_flags(World& w, Setup& s, Args& a) {
     w.warmup = int(a.integer("--warmup", std::max(1, w.steps / 10), 1, 1 << 30));
     w.dump_grads = a.str("--dump-grads");
     w.eval_every = int(a.integer("--eval-every", s.cfg.num_labels > 0 ? std::max(1, w.steps / 5) : 0, 0, 1 << 30));
-    bool fixed = s.train.empty() && s.examples.empty();
+    bool fixed = a.has("--inputs");
     s.B = fixed ? s.fixed.B : int(a.integer("--batch", 8, 1, 1 << 20));
     if (fixed && a.has("--batch") && a.integer("--batch", 0) != s.fixed.B)
         throw std::runtime_error("--batch: the --inputs file holds " + std::to_string(s.fixed.B) + " rows");
@@ -940,20 +954,36 @@ pp::Schedule plan_auto(World& w, const LayerCosts& times, Args& a, size_t activa
     return plan;
 }
 
+// Each rank's F, BI, BW per action (seconds, measured alone): its layers' sums, a chunk 1/V of them.
+std::vector<pp::Costs> stage_costs(const std::vector<std::vector<std::vector<int>>>& split, const LayerCosts& times) {
+    std::vector<pp::Costs> costs(split.size(), pp::Costs{0, 0, 0, 0});
+    for (size_t p = 0; p < split.size(); p++) {
+        for (const std::vector<int>& chunk : split[p])
+            for (int l : chunk) costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l];
+        double V = double(split[p].size());
+        costs[p].f /= V, costs[p].bi /= V, costs[p].bw /= V;
+    }
+    return costs;
+}
+
 // The schedule, the devices, the split of the layers over the ranks, and how the layers run.
 void plan_pipeline(World& w, const Setup& s, Args& a) {
     w.recompute = parse_recompute(a.str("--recompute", "none"));
     w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
     bool planned = w.schedule_name == "auto";   // from the measured costs, below
+    require_chunks(w.schedule_name, a.has("--chunks"));
     w.V = int(a.integer("--chunks", default_chunks(w.schedule_name), 1, pp::kMaxChunks));
     if (planned && w.V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
     if (a.has("--memory-cap") && !planned) throw std::runtime_error("--memory-cap: only with --schedule auto");
     if (!planned) w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
-    w.device = parse_device(a.str("--device", "cpu"));
-    w.gpus = w.device.cuda ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
+    bool dry = a.has("--dry-run");   // plans on this machine's CPU: a GPU line can be checked without one
+    w.device = parse_device(a.str("--device", "cpu"), !dry);
+    w.gpus = w.device.cuda && !dry ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
     int rows = s.B / (w.D * w.M);
-    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", planned ? "time" : "params"), rows, s.T, w.device);
-    LayerCosts times = !planned || costs.by == "time" ? costs : layer_costs(s.cfg, "time", rows, s.T, w.device);
+    Device measure_on = dry ? Device{} : w.device;
+    // Balanced stages need measured time: parameters say little of the attention's or the loss's cost.
+    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "time"), rows, s.T, measure_on);
+    LayerCosts times = costs.by == "time" ? costs : layer_costs(s.cfg, "time", rows, s.T, measure_on);
 #ifdef PIPETRAIN_MPI
     // Measured times differ from process to process: every rank takes rank 0's, so all split and plan alike.
     if (w.mpi)
@@ -963,6 +993,7 @@ void plan_pipeline(World& w, const Setup& s, Args& a) {
 #endif
     w.split = split_layers(costs, w.P, w.V, planned ? pp::Placement::loop : w.schedule.placement);
     if (planned) w.schedule = plan_auto(w, times, a, size_t(rows) * s.T * s.cfg.hidden_size);
+    w.stage_costs = stage_costs(w.split, times);
     w.owner.assign(num_model_layers(s.cfg), 0);
     for (int p = 0; p < w.P; p++)
         for (const auto& chunk : w.split[p])
@@ -1045,6 +1076,29 @@ struct OutDir {
     ~OutDir() { if (lock >= 0) ::close(lock); }
 };
 
+// An --out that holds another run's model or checkpoints would be silently replaced: refused unless
+// --overwrite says so, or the run continues one of those checkpoints (--resume OUT/checkpoint-N).
+void check_not_replacing(const World& w, const Args& a) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (a.has("--overwrite") || !fs::is_directory(w.out, ec)) return;
+    if (a.has("--resume") && fs::weakly_canonical(a.str("--resume")).parent_path() == fs::weakly_canonical(w.out)) return;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(w.out, ec)) {
+        std::string name = e.path().filename().string();
+        bool checkpoint = name.size() > 11 && name.size() <= 20 && name.rfind("checkpoint-", 0) == 0 &&
+                          name.find_first_not_of("0123456789", 11) == std::string::npos;   // not a staging name
+        if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" || checkpoint)
+            names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    std::string found;
+    for (const std::string& name : names) found += (found.empty() ? "" : ", ") + name;
+    if (!found.empty())
+        throw std::runtime_error("--out: " + w.out + " already holds a model (" + found + "), which this run would replace: "
+                                 "choose another --out, or add --overwrite");
+}
+
 OutDir prepare_out(World& w, Args& a) {
     for (const char* flag : {"--trace", "--dump-grads"})
         if (a.has(flag)) check_output_path(a.str(flag), flag);
@@ -1061,6 +1115,7 @@ OutDir prepare_out(World& w, Args& a) {
     o.lock = ::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (o.lock < 0 || ::flock(o.lock, LOCK_EX | LOCK_NB) != 0)
         throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
+    check_not_replacing(w, a);
     recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
     return o;
 }
@@ -1085,6 +1140,52 @@ std::string layer_names(const std::vector<int>& layers, int L) {
     return out;
 }
 
+// The threads that compute at once on this machine, and its cores: more threads than cores take
+// turns, so their compute stretches and the measured bubble says little about the schedule.
+std::pair<int, int> threads_and_cores(const World& w) {
+    int threads = w.P * w.D;
+#ifdef PIPETRAIN_MPI
+    if (w.mpi) threads = w.mpi->local_size();
+#endif
+    return {threads * w.threads, int(std::max(1u, std::thread::hardware_concurrency()))};
+}
+
+// Why the measured bubble is what it is: the schedule's own bubble with equal stages, the one the
+// simulator expects for these stages (their F, BI, BW measured alone, so on enough cores), a note
+// when threads outnumber cores, and the stage that holds the others up, with what would balance it.
+std::string bubble_report(const World& w, int blocks, const Args& a) {
+    std::string out;
+    char line[512];
+    pp::Costs unit{1.0 / w.V, 1.0 / w.V, 1.0 / w.V, 0};
+    double equal = pp::simulate(w.schedule, unit).bubble, expected = pp::simulate(w.schedule, w.stage_costs).bubble;
+    std::snprintf(line, sizeof line, "bubble: measured %.1f%% (last step) | %s with equal stages %.1f%% | these stages, "
+                  "simulated from their times measured alone: %.1f%%\n", 100 * w.record.bubble, w.schedule_name.c_str(),
+                  100 * equal, 100 * expected);
+    out += line;
+    auto [threads, cores] = threads_and_cores(w);
+    if (threads > cores) {
+        std::snprintf(line, sizeof line, "note: %d compute threads share %d cores here, so they take turns: the measured bubble "
+                      "mixes waiting with time-sharing; on %d free cores the simulator expects %.1f%%\n", threads, cores,
+                      threads, 100 * expected);
+        out += line;
+    }
+    const std::vector<RankStep>& ranks = w.record.ranks;
+    double mean = 0;
+    for (const RankStep& r : ranks) mean += r.busy_us / double(ranks.size());
+    for (size_t p = 0; p < ranks.size() && w.P > 1; p++) {
+        if (ranks[p].busy_us < 1.5 * mean) continue;
+        std::string names;
+        for (const auto& chunk : w.split[p]) names += (names.empty() ? "" : " | ") + layer_names(chunk, blocks);
+        std::string fix = a.str("--partition", "time") != "time"
+                              ? "--partition time balances measured times"
+                              : "its layers cannot be split finer: fewer --stages, or more blocks per stage (--blocks with a preset)";
+        std::snprintf(line, sizeof line, "stage %zu computes %.1f ms, %.1fx the mean of %.1f ms (%s): %s\n", p,
+                      ranks[p].busy_us / 1e3, ranks[p].busy_us / mean, mean / 1e3, names.c_str(), fix.c_str());
+        out += line;
+    }
+    return out;
+}
+
 // Rank 0's first lines: the model, the data, the pipeline, the devices, the split.
 void print_banner(const World& w, const Setup& s, Args& a) {
     int64_t n_params = 0;
@@ -1092,21 +1193,24 @@ void print_banner(const World& w, const Setup& s, Args& a) {
         std::unique_ptr<Layer> l = make_layer(s.cfg, i);   // one at a time: this rank may hold none of them
         for (const ParamInfo& pi : l->params_info) n_params += pi.tied ? 0 : int64_t(pi.numel);
     }
-    std::printf("model: %d layers, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
-                s.cfg.num_hidden_layers, s.cfg.hidden_size, s.cfg.num_attention_heads, s.cfg.vocab_size, n_params / 1e6,
-                !s.examples.empty() ? (std::to_string(s.examples.size()) + " labeled examples of " + std::to_string(s.T)).c_str()
-                : s.train.empty()   ? ("fixed batch " + a.str("--inputs")).c_str()
-                                    : (std::to_string(s.train.size()) + " sequences of " + std::to_string(s.T)).c_str());
-    std::printf("pipeline: %d stages × %d replicas, schedule %s, %d micro-batches of %d rows, recompute %s\n", w.P, w.D,
-                w.schedule_name.c_str(), w.M, s.B / (w.D * w.M), a.str("--recompute", "none").c_str());
+    std::string data = a.has("--inputs")       ? "fixed batch " + a.str("--inputs")
+                       : a.has("--dry-run")    ? a.str("--data") + " (not read: --dry-run)"
+                       : !s.examples.empty()   ? count_of(int64_t(s.examples.size()), "labeled example") + " of " + std::to_string(s.T)
+                                               : count_of(int64_t(s.train.size()), "sequence") + " of " + std::to_string(s.T);
+    std::printf("model: %s, hidden %d, heads %d, vocab %d, %.2fM parameters | data: %s\n",
+                count_of(s.cfg.num_hidden_layers, "block").c_str(), s.cfg.hidden_size, s.cfg.num_attention_heads,
+                s.cfg.vocab_size, n_params / 1e6, data.c_str());
+    std::printf("pipeline: %s × %s, schedule %s, %s of %s, recompute %s\n", count_of(w.P, "stage").c_str(),
+                count_of(w.D, "replica").c_str(), w.schedule_name.c_str(), count_of(w.M, "micro-batch", "micro-batches").c_str(),
+                count_of(s.B / (w.D * w.M), "row").c_str(), a.str("--recompute", "none").c_str());
     if (!w.plan_note.empty()) std::printf("%s\n", w.plan_note.c_str());
     std::printf("device: %s", w.device.name().c_str());
-    if (w.device.cuda && !w.mpi) {
+    if (w.device.cuda && !w.mpi && w.gpus > 0) {
         std::printf(" | ranks on");
         for (int r = 0; r < w.P * w.D; r++) std::printf(" %s", device_of_rank(w, r).name().c_str());
     }
     std::printf(" | %s | comm %s%s\n", w.dtype == "bf16" ? "bf16 GEMMs, fp32 weights and optimizer" : "fp32", w.comm.c_str(),
-                w.mpi ? (" (" + std::to_string(w.P * w.D) + " processes)").c_str() : "");
+                w.mpi ? (" (" + count_of(w.P * w.D, "process", "processes") + ")").c_str() : "");
     for (int p = 0; p < w.P; p++) {
         std::printf("  stage %d:", p);
         std::string names;
@@ -1118,6 +1222,10 @@ void print_banner(const World& w, const Setup& s, Args& a) {
         }
         std::printf(" (%s)\n", names.c_str());
     }
+    auto [threads, cores] = threads_and_cores(w);
+    if (threads > cores)
+        std::printf("note: %d compute threads on %d cores take turns, so the step lines' bubble is above the schedule's; "
+                    "the end of the run says what it would be on %d cores\n", threads, cores, threads);
     std::fflush(stdout);
 }
 
@@ -1184,7 +1292,7 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
         // plots: counters (loss, stashes per rank) join the timeline's events
         write_file_atomic(a.str("--trace"), with_trace_counters(pp::chrome_trace(w.trace_events), w.trace_events,
                                                                 w.last_loss, w.record.ranks));
-        std::printf("%s", pp::ascii_timeline(w.trace_events, w.P).c_str());   // $COLUMNS wide
+        std::printf("%s", pp::ascii_timeline(w.trace_events, w.P, terminal_columns()).c_str());
         if (w.mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
     }
     std::printf("peak stash bytes per stage:");
@@ -1192,7 +1300,10 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
     std::printf("\npeak stashes per stage (micro-batch, chunk):");
     for (int p = 0; p < w.P; p++) std::printf(" %d", w.peak_stashes[p]);
     std::printf("\n");
-    if (w.steps > w.start_step) std::printf("last step, per rank:\n%s", rank_time_report(w.record.ranks).c_str());
+    if (w.steps > w.start_step) {
+        std::printf("last step, per rank:\n%s", rank_time_report(w.record.ranks).c_str());
+        std::printf("%s", bubble_report(w, s.cfg.num_hidden_layers, a).c_str());
+    }
     if (int sig = interrupt_signal()) {   // after the last step: the run is complete, only the evaluation is skipped
         std::fflush(stdout);
         std::fprintf(stderr, "interrupted after the last step: %s holds the finished model; no final evaluation\n", w.out.c_str());
@@ -1208,6 +1319,18 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
                      "as trained\n", w.out.c_str());
         return 1;
     }
+    return 0;
+}
+
+// --dry-run: the flags are read and the pipeline planned (model, split, schedule) as for the run,
+// then it stops: nothing trained, nothing written, --data not read. A line for another machine
+// (mpirun -H, srun) can be checked here.
+int dry_run(World& w, const Setup& s, Args& a) {
+    w.comm = w.mpi ? "mpi" : a.str("--comm", "auto");
+    print_banner(w, s, a);
+    pp::validate(w.schedule, w.M, w.V);
+    std::printf("dry run: the flags and the plan are valid (%s × %s = %s); nothing was trained or written\n",
+                count_of(w.P, "stage").c_str(), count_of(w.D, "replica").c_str(), count_of(w.P * w.D, "rank").c_str());
     return 0;
 }
 
@@ -1229,12 +1352,14 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
 #ifdef PIPETRAIN_MPI
     if (mpi && mpi->size() != w.P * w.D) {   // every process sees it: rank 0 says it, all exit
         if (!w.root) return 1;
-        std::fprintf(stderr, "pipetrain train: --stages %d × --dp %d = %d ranks, but the launcher started %d processes "
-                     "(mpirun -np %d)\n", w.P, w.D, w.P * w.D, mpi->size(), w.P * w.D);
+        std::fprintf(stderr, "pipetrain train: --stages %d × --dp %d = %s, but the launcher started %s (mpirun -np %d)\n",
+                     w.P, w.D, count_of(w.P * w.D, "rank").c_str(), count_of(mpi->size(), "process", "processes").c_str(),
+                     w.P * w.D);
         return 1;
     }
 #endif
     plan_pipeline(w, s, a);
+    if (a.has("--dry-run")) return dry_run(w, s, a);
     choose_comm(w);
     make_state_and_ranks(w, s, a, saved);
     OutDir out;
@@ -1262,8 +1387,9 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
     Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
                   "--seq", "--schedule", "--chunks", "--memory-cap", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
-                  "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
-                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"});
+                  "--blocks", "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
+                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm"},
+           {"--dry-run", "--overwrite"});
     std::string comm = a.str("--comm", "auto");
     if (comm != "auto" && comm != "thread" && comm != "nccl" && comm != "mpi")
         throw std::runtime_error("--comm: expected auto, thread, nccl or mpi, got \"" + comm + "\"");
@@ -1271,7 +1397,7 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
     if (comm == "thread" && launched)
         throw std::runtime_error("--comm thread: this process was started by an MPI launcher, where each process is one "
                                  "rank (--comm mpi or auto); run it without mpirun for threads");
-    if (comm != "mpi" && !launched) return train(a, argv, program, nullptr);
+    if ((comm != "mpi" && !launched) || a.has("--dry-run")) return train(a, argv, program, nullptr);
 #ifndef PIPETRAIN_MPI
     throw std::runtime_error(std::string(comm == "mpi" ? "--comm mpi" : "started by an MPI launcher") +
                              ": this build has no MPI (install libopenmpi-dev, then configure and build again)");
@@ -1356,9 +1482,7 @@ int schedule_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace", "--svg"}, {"--overlap"});
     int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
     std::string name = a.str("--schedule", "1f1b");
-    if (takes_chunks(name) && !a.has("--chunks"))
-        throw std::runtime_error("--chunks: " + name + " needs --chunks V, its chunks per rank (V = 1 is plain " +
-                                 (name == "looped-bfs" ? "gpipe" : name == "interleaved" ? "1f1b" : "zb-h1") + ")");
+    require_chunks(name, a.has("--chunks"));
     int V = int(a.integer("--chunks", default_chunks(name), 1, pp::kMaxChunks));
     if (a.has("--memory-cap") && name != "auto") throw std::runtime_error("--memory-cap: only with --schedule auto");
     pp::Costs costs;
@@ -1388,7 +1512,7 @@ int schedule_main(const std::vector<std::string>& argv) {
     pp::Costs chunk = costs;   // a chunk is 1/V of a stage, so V chunks cost what one stage does
     chunk.f /= V, chunk.bi /= V, chunk.bw /= V;
     pp::SimResult r = pp::simulate(sched, chunk);
-    std::printf("%s", pp::ascii_timeline(r.events, P).c_str());   // $COLUMNS wide
+    std::printf("%s", pp::ascii_timeline(r.events, P, terminal_columns()).c_str());
     if (V > 1)
         std::printf("costs: f,bi,bw = %g,%g,%g per stage, each of the %d chunks of a rank 1/%d of them; comm %g\n", costs.f,
                     costs.bi, costs.bw, V, V, costs.comm);
@@ -1406,9 +1530,11 @@ int schedule_main(const std::vector<std::string>& argv) {
 }
 
 int partition_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--model", "--preset", "--stages", "--by", "--batch", "--seq"});
+    Args a(argv, {"--model", "--preset", "--blocks", "--stages", "--by", "--batch", "--seq"});
     if (a.has("--model") == a.has("--preset")) throw std::runtime_error("--model / --preset: give exactly one of them");
+    if (a.has("--blocks") && a.has("--model")) throw std::runtime_error("--blocks: only with --preset");
     ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model")) : ModelConfig::preset(a.str("--preset"));
+    cfg.num_hidden_layers = int(a.integer("--blocks", cfg.num_hidden_layers, 1, 1024));
     int P = int(a.integer("--stages", 4, 1, 64));
     std::string by = a.str("--by", "time");
     int T = int(a.integer("--seq", std::min(64, cfg.max_position_embeddings), 1, 1 << 16));

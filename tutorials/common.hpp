@@ -287,7 +287,8 @@ inline bool causal(const std::vector<Transfer>& ts) {
 }
 
 // A directory of this run's own, runs/tutorialNN-<pid>: two runs at once never share files, and
-// nothing already there is removed.
+// nothing already there is removed. Every tutorial that writes files writes them here, under the
+// working directory (from the repository root, beside scripts/run.sh's runs), and prints where.
 inline std::string fresh_run_dir(const std::string& nn) {
     std::string base = "runs/tutorial" + nn + "-" + std::to_string(getpid());
     std::filesystem::create_directories("runs");

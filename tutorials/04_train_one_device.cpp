@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     // gives every machine the numbers of docs/answers.md.
     const std::string sample = "tests/fixtures/text/sample_zh.txt";
     std::string path = argc > 1 ? argv[1] : PT_SOURCE_DIR "/" + sample;
+    std::string shown = argc > 1 ? path : sample;   // the sample's path as the student types it
     int steps = argc > 2 ? std::atoi(argv[2]) : 60;
     const int B = 16, T = 32;
     const int M = argc > 3 ? std::atoi(argv[3]) : 2;   // the question's experiment: try 4
@@ -31,8 +32,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> lines = read_lines(path);
     Tokenizer tok(build_vocab(lines, 3000), path);
     std::vector<std::string> pieces = tok.tokenize(lines[0]);
-    std::printf("corpus %s: %zu lines, vocab %zu tokens\n\"%s\" ->", argc > 1 ? path.c_str() : sample.c_str(), lines.size(),
-                tok.size(), lines[0].c_str());
+    std::printf("corpus %s: %zu lines, vocab %zu tokens\n\"%s\" ->", shown.c_str(), lines.size(), tok.size(),
+                lines[0].c_str());
     for (const auto& p : pieces) std::printf(" %s", p.c_str());
     std::printf("\nlook at: every Chinese character is its own token (BERT splits the CJK ranges).\n\n");
 
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
                 "when a batch with more of them comes.\n");
     std::printf("question: the stash peak is the activation memory of %d micro-batches. What happens to it with M=%d?\n"
                 "(try it: build/tutorial_04_train_one_device %s %d %d)\n", M, 2 * M,
-                argc > 1 ? path.c_str() : sample.c_str(), steps, 2 * M);
+                shown.c_str(), steps, 2 * M);
     std::printf("answer: docs/answers.md, section \"04 train one device\"\n");
     return 0;
 }

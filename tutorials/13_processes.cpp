@@ -164,7 +164,10 @@ int main(int argc, char** argv) {
     print_split(threads);
     size_t all = 0;
     std::printf("parameters per rank:");
-    for (auto& stage : threads.stages) std::printf(" %s", kb(double(param_bytes(*stage))).c_str()), all += param_bytes(*stage);
+    for (auto& stage : threads.stages) {
+        std::printf(" %s", kb(double(param_bytes(*stage))).c_str());
+        all += param_bytes(*stage);
+    }
     std::printf(" (%s in all)\n", kb(double(all)).c_str());
     train_step(threads, schedule, batch, 0, false);   // a warm-up: caches and allocations
     StepResult rt = train_step(threads, schedule, batch);

@@ -33,8 +33,9 @@ std::vector<Marker> answer_markers(const std::string& doc) {
     std::regex marker(R"(<!--(\d\d) /(.*?)/-->([^<]*)<!---->)");
     for (auto it = std::sregex_iterator(doc.begin(), doc.end(), marker); it != std::sregex_iterator(); ++it) {
         const std::smatch& m = *it;
-        size_t heading = doc.rfind("\n## ", size_t(m.position(0)));
-        std::string section = heading == std::string::npos ? "" : doc.substr(heading + 4, doc.find('\n', heading + 1) - heading - 4);
+        size_t heading = doc.rfind("\n## ", size_t(m.position(0)));   // the section the marker is in
+        size_t title = heading == std::string::npos ? 0 : heading + 4;
+        std::string section = title ? doc.substr(title, doc.find('\n', title) - title) : "";
         all.push_back({m[1].str(), m[2].str(), m[3].str(), section, size_t(m.position(3))});
     }
     return all;
@@ -54,9 +55,12 @@ void check_answer_key(const std::string& tutorial, const std::string& out) {
         bool found = std::regex_search(out, got, std::regex(m->pattern)) && got.size() > 1;
         CHECK_MESSAGE(found, where << ": no match in tutorial " << tutorial << "'s output");
         if (!found) continue;
-        if (update) doc.replace(m->value_at, m->value.size(), got[1].str());
-        else CHECK_MESSAGE(got[1].str() == m->value, where << ": the key says " << m->value << ", tutorial " << tutorial
-                                                         << " prints " << got[1].str() << " (scripts/answer_key.sh rewrites the key)");
+        if (update) {
+            doc.replace(m->value_at, m->value.size(), got[1].str());
+            continue;
+        }
+        CHECK_MESSAGE(got[1].str() == m->value, where << ": the key says " << m->value << ", tutorial " << tutorial << " prints "
+                                                      << got[1].str() << " (scripts/answer_key.sh rewrites the key)");
     }
     if (update) std::ofstream(kAnswers, std::ios::binary) << doc;
 }

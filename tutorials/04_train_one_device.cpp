@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
                 "peak is the largest so far: the head keeps logits only for a batch's masked tokens, so it grows\n"
                 "when a batch with more of them comes.\n");
     std::printf("question: the stash peak is the activation memory of %d micro-batches. What happens to it with M=%d?\n"
-                "(try it: build/tutorial_04_train_one_device %s %d %d)\n", M, 2 * M,
-                shown.c_str(), steps, 2 * M);
+                "(try it: build/tutorial_04_train_one_device %s %d %d)\n",
+                M, 2 * M, shown.c_str(), steps, 2 * M);
     std::printf("answer: docs/answers.md, section \"04 train one device\"\n");
     return 0;
 }

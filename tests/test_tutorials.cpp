@@ -4,7 +4,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 #include <vector>
@@ -15,14 +17,58 @@ using namespace test;
 
 namespace {
 
-// The tutorials are built next to the pipetrain binary.
-Run run_tutorial(const std::string& name) {
-    std::string path = (std::filesystem::path(PT_CLI).parent_path() / ("tutorial_" + name)).string();
-    REQUIRE_MESSAGE(std::filesystem::exists(path), path << " is missing: build the tutorials");
-    Run r = run_command(path);
+// docs/answers.md quotes the tutorials' deterministic numbers, each inside an invisible marker
+//   <!--05 /loss: one device ([0-9.]+)/-->5.79223653<!---->
+// that says where it comes from: the first group of the regex's first match in tutorial 05's
+// output. Checked on every run, so a tutorial that prints another number fails here.
+struct Marker {
+    std::string tutorial, pattern, value, section;
+    size_t value_at = 0;   // where the value starts in the document
+};
+
+const char* const kAnswers = PT_SOURCE_DIR "/docs/answers.md";
+
+std::vector<Marker> answer_markers(const std::string& doc) {
+    std::vector<Marker> all;
+    std::regex marker(R"(<!--(\d\d) /(.*?)/-->([^<]*)<!---->)");
+    for (auto it = std::sregex_iterator(doc.begin(), doc.end(), marker); it != std::sregex_iterator(); ++it) {
+        const std::smatch& m = *it;
+        size_t heading = doc.rfind("\n## ", size_t(m.position(0)));   // the section the marker is in
+        size_t title = heading == std::string::npos ? 0 : heading + 4;
+        std::string section = title ? doc.substr(title, doc.find('\n', title) - title) : "";
+        all.push_back({m[1].str(), m[2].str(), m[3].str(), section, size_t(m.position(3))});
+    }
+    return all;
+}
+
+// Checks every marker of `tutorial` against its output. With PT_UPDATE_ANSWERS=1
+// (scripts/answer_key.sh) it writes the printed values into the key instead: no number is typed.
+void check_answer_key(const std::string& tutorial, const std::string& out) {
+    std::string doc = read_file(kAnswers);
+    std::vector<Marker> markers = answer_markers(doc);
+    bool update = std::getenv("PT_UPDATE_ANSWERS") != nullptr;
+    // From the last to the first: a value replaced leaves the earlier markers where they were.
+    for (auto m = markers.rbegin(); m != markers.rend(); ++m) {
+        if (m->tutorial != tutorial) continue;
+        std::smatch got;
+        std::string where = "docs/answers.md, section \"" + m->section + "\", marker /" + m->pattern + "/";
+        bool found = std::regex_search(out, got, std::regex(m->pattern)) && got.size() > 1;
+        CHECK_MESSAGE(found, where << ": no match in tutorial " << tutorial << "'s output");
+        if (!found) continue;
+        if (update) {
+            doc.replace(m->value_at, m->value.size(), got[1].str());
+            continue;
+        }
+        CHECK_MESSAGE(got[1].str() == m->value, where << ": the key says " << m->value << ", tutorial " << tutorial << " prints "
+                                                      << got[1].str() << " (scripts/answer_key.sh rewrites the key)");
+    }
+    if (update) std::ofstream(kAnswers, std::ios::binary) << doc;
+}
+
+// Every tutorial exits 0, says what to look at and ends with a question for the student.
+void check_lesson_shape(const std::string& name, const Run& r) {
     INFO(r.out);
     REQUIRE(r.code == 0);
-    // Every tutorial says what to look at and ends with a question for the student.
     std::string lower = r.out;
     for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
     CHECK(lower.find("look at") != std::string::npos);
@@ -33,6 +79,16 @@ Run run_tutorial(const std::string& name) {
     std::string pointer = "answer: docs/answers.md, section \"" + section + "\"\n";
     CHECK_MESSAGE(r.out.size() >= pointer.size(), "the output is shorter than the answer pointer");
     if (r.out.size() >= pointer.size()) CHECK(r.out.substr(r.out.size() - pointer.size()) == pointer);
+}
+
+// The tutorials are built next to the pipetrain binary. The answer key is checked outside
+// check_lesson_shape's INFO, so that a stale number is reported in one line, not after the output.
+Run run_tutorial(const std::string& name) {
+    std::string path = (std::filesystem::path(PT_CLI).parent_path() / ("tutorial_" + name)).string();
+    REQUIRE_MESSAGE(std::filesystem::exists(path), path << " is missing: build the tutorials");
+    Run r = run_command(path);
+    check_lesson_shape(name, r);
+    check_answer_key(name.substr(0, 2), r.out);
     return r;
 }
 
@@ -261,4 +317,19 @@ TEST_CASE("docs/answers.md: one non-empty section per tutorial, and the lab guid
     }
     CHECK(tutorials >= 15);
     CHECK_MESSAGE(!body("Lab guide").empty(), "docs/answers.md has no section \"## Lab guide\"");
+}
+
+// A marker that names no tutorial, or whose regex captures nothing, would never be checked.
+TEST_CASE("docs/answers.md: every marked number names a tutorial and a regex that captures it") {
+    std::vector<Marker> markers = answer_markers(read_file(kAnswers));
+    CHECK(markers.size() >= 30);
+    for (const Marker& m : markers) {
+        INFO("section \"" << m.section << "\", marker /" << m.pattern << "/");
+        bool exists = false;
+        for (const auto& entry : std::filesystem::directory_iterator(PT_SOURCE_DIR "/tutorials"))
+            exists |= entry.path().filename().string().rfind(m.tutorial + "_", 0) == 0;
+        CHECK_MESSAGE(exists, "no tutorials/" << m.tutorial << "_*.cpp");
+        CHECK(std::regex(m.pattern).mark_count() >= 1);
+        CHECK(!m.value.empty());
+    }
 }

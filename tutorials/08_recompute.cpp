@@ -49,7 +49,7 @@ int main() {
     }
     std::printf("step: none %.1f ms, full %.1f ms (%+.0f%%)\n", rn.makespan / 1000, rf.makespan / 1000,
                 100 * (rf.makespan / rn.makespan - 1));
-    std::printf("look at: B full / B none %s (F + B) / B%s.\n", as_expected ? "is within 25%% of" : "should be about",
+    std::printf("look at: B full / B none %s (F + B) / B%s.\n", as_expected ? "is within 25% of" : "should be about",
                 as_expected ? "" : ", but is not here (on a busy machine single blocks stretch at random: run it again)");
     std::printf("Rank 0 holds P = %d micro-batches in 1f1b and keeps only their inputs; the last rank holds one\n"
                 "at a time, rebuilt in full before its backward, so its peak does not move: recomputation pays\n"

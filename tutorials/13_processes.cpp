@@ -44,7 +44,7 @@ int worker(const std::string& dir) {
     double origin = 0;
     std::vector<pp::Event> events;
     pp::run_mpi_rank(world, [&](pp::Comm& comm) {   // a throw here ends the job with "rank R (HOST): why"
-        Data data = load_data(T);
+        Data data = read_data(T);   // silently: the launcher already said which corpus
         Batch batch = batch_of(data, rows * M);
         stage = make_stage(data.cfg, split_layers(data.cfg, P)[rank]);
         Optimizer opt(*stage);
@@ -162,6 +162,13 @@ int main(int argc, char** argv) {
     std::printf("== step 1: one 1F1B step, P = %d, M = %d, the ranks as threads ==\n", P, M);
     Model threads = make_model(data.cfg, P);
     print_split(threads);
+    size_t all = 0;
+    std::printf("parameters per rank:");
+    for (auto& stage : threads.stages) {
+        std::printf(" %s", kb(double(param_bytes(*stage))).c_str());
+        all += param_bytes(*stage);
+    }
+    std::printf(" (%s in all)\n", kb(double(all)).c_str());
     train_step(threads, schedule, batch, 0, false);   // a warm-up: caches and allocations
     StepResult rt = train_step(threads, schedule, batch);
     std::printf("%s  step %.2f ms\n", pp::ascii_timeline(rt.events, P, 100).c_str(), rt.makespan / 1000);

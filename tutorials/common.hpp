@@ -1,5 +1,5 @@
-// tutorials/common.hpp — what tutorials 05–13 share: the tiny model on a batch of the poems
-// corpus, split over P stages (threads), and one training step through pp::Pipeline.
+// tutorials/common.hpp — what tutorials 05–13 share: the tiny model on a batch of the shipped
+// sample corpus, split over P stages (threads), and one training step through pp::Pipeline.
 //
 // train_step is the CLI's step (src/cli/trainer.cpp, run_rank) cut to the mechanism: every rank runs
 // its actions on its own thread, then the step's second half that the CLI runs too (src/step.hpp):
@@ -40,15 +40,26 @@ struct Data {
     SpecialIds special;
 };
 
-inline Data load_data(int T) {
-    std::string path = PT_SOURCE_DIR "/data/poems.txt";
-    if (!std::filesystem::exists(path)) path = PT_SOURCE_DIR "/tests/fixtures/text/sample_zh.txt";
+// Every tutorial reads this one corpus, whatever else is on disk (scripts/run.sh's data/poems.txt
+// too): its deterministic numbers are then the same on every machine, and docs/answers.md quotes them.
+inline const char* const kCorpus = "tests/fixtures/text/sample_zh.txt";
+
+inline Data read_data(int T) {
+    std::string path = std::string(PT_SOURCE_DIR "/") + kCorpus;
     Tokenizer tok(build_vocab(read_lines(path), 3000), path);
     Data d;
     d.cfg = ModelConfig::preset("tiny");
     d.cfg.vocab_size = int(tok.size());
     d.seqs = load_corpus(path, tok, T).train;
     d.special = special_ids(tok);
+    return d;
+}
+
+// read_data, saying which corpus it read (tutorial 13's worker processes read it silently).
+inline Data load_data(int T) {
+    Data d = read_data(T);
+    std::printf("corpus: %s (%zu sequences of %d tokens, vocab %d), the one docs/answers.md was made with\n\n",
+                kCorpus, d.seqs.size(), T, d.cfg.vocab_size);
     return d;
 }
 
@@ -276,7 +287,8 @@ inline bool causal(const std::vector<Transfer>& ts) {
 }
 
 // A directory of this run's own, runs/tutorialNN-<pid>: two runs at once never share files, and
-// nothing already there is removed.
+// nothing already there is removed. Every tutorial that writes files writes them here, under the
+// working directory (from the repository root, beside scripts/run.sh's runs), and prints where.
 inline std::string fresh_run_dir(const std::string& nn) {
     std::string base = "runs/tutorial" + nn + "-" + std::to_string(getpid());
     std::filesystem::create_directories("runs");

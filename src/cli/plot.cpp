@@ -11,8 +11,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -128,14 +129,15 @@ void write_schedule_json(const std::string& path, const std::string& name, const
 
 namespace {
 
-// "F3.1", "BI0.0", "B2.1+" (overlapped) as an action; false if it is not one.
+// "F3", "F3.1", "BI0.0", "B2.1+" (overlapped) as an action (pp::to_string's names; no chunk:
+// chunk 0); false if it is not one.
 bool parse_action(const std::string& text, pp::Action* a) {
     static const std::pair<const char*, pp::Op> ops[] = {{"BI", pp::Op::BI}, {"BW", pp::Op::BW}, {"F", pp::Op::F}, {"B", pp::Op::B}};
     for (const auto& [name, op] : ops) {
         size_t n = std::strlen(name);
         if (text.compare(0, n, name) != 0) continue;
-        int mb = -1, chunk = -1, used = 0;
-        if (std::sscanf(text.c_str() + n, "%d.%d%n", &mb, &chunk, &used) != 2 || mb < 0 || chunk < 0) return false;
+        int mb = -1, chunk = 0, used = 0, fields = std::sscanf(text.c_str() + n, "%d%n.%d%n", &mb, &used, &chunk, &used);
+        if (fields < 1 || mb < 0 || chunk < 0 || !std::isdigit(static_cast<unsigned char>(text[n]))) return false;
         std::string rest = text.substr(n + size_t(used));
         if (!rest.empty() && rest != "+") return false;
         *a = {op, mb, chunk, rest == "+"};

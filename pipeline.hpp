@@ -516,6 +516,9 @@ struct Event {
     bool comm = false;           // true: time spent in a send/recv group (waiting or transferring)
     double start = 0, end = 0;   // µs from step start (measured) or cost units (simulated)
     std::string detail;          // comm events: what the group did
+    // comm events: how much of [start, end] moved data, the rest waited for the peer; simulate
+    // knows it, a measured group does not (< 0: unknown, the transport only reports the total).
+    double transfer = -1;
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -693,11 +696,11 @@ inline bool group_met(Sim& s, int r) {
 // wait. Returns the time the rank is free to run its next action.
 inline double finish_group(SimResult& res, Sim& s, int r, const Costs& costs) {
     Sim::Rank& me = s.ranks[r];
-    double ready = me.post_time;
+    double ready = me.post_time, transfer = 0;  // transfer: of the receive that arrives last
     for (const auto& [op, k] : me.group) {
         if (op.send) continue;  // timing: a send does not hold up its sender (see `simulate`)
-        double sent = s.peer_list(r, op)[k].time;
-        ready = std::max(ready, std::max(me.post_time, sent) + (op.peer == r ? 0.0 : costs.comm));
+        double sent = std::max(me.post_time, s.peer_list(r, op)[k].time), cost = op.peer == r ? 0.0 : costs.comm;
+        if (sent + cost > ready) ready = sent + cost, transfer = cost;
         me.arrived.push_back(op.tag);
     }
     if (ready > me.post_time) {
@@ -705,7 +708,7 @@ inline double finish_group(SimResult& res, Sim& s, int r, const Costs& costs) {
         for (const auto& [op, k] : me.group) what += (what.empty() ? "" : ", ") + describe(op, s.V > 1);
         const std::vector<Action>& actions = s.schedule[r];
         Action next = me.pos < actions.size() ? actions[me.pos] : actions.back();
-        res.events.push_back({r, next, true, me.post_time, ready, what});
+        res.events.push_back({r, next, true, me.post_time, ready, what, transfer});
     }
     return ready;
 }
@@ -946,11 +949,17 @@ inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, con
 // ----------------------------------------------------------------------------------------------
 // Timeline: ASCII Gantt chart and Chrome trace
 // ----------------------------------------------------------------------------------------------
-// One line per rank; each action is drawn as its short name ("F3", "B3", "I3" for BI, "W3" for
-// BW; lower case on odd chunks) padded with '-'; '.' is idle or waiting for a transfer. A box too
-// narrow for its name shows the micro-batch alone (or nothing), and the names dropped are listed
-// under the chart; a legend ends it. `width` counts whole lines, "rank N |" included; 0: the
-// terminal's ($COLUMNS), else 100.
+// Charts and traces name an action as schedules do (`to_string`): "F3", "B3", "BI3", "BW3", and
+// "F3.1" (chunk 1) when the timeline has more than one chunk per rank (V > 1).
+inline bool names_chunks(const std::vector<Event>& events) {
+    return std::any_of(events.begin(), events.end(), [](const Event& e) { return e.action.chunk > 0; });
+}
+
+// One line per rank; each action is drawn as its name padded with '-'; '.' is idle or waiting
+// for a peer. A box too narrow for the name shows two characters, "I3" for BI3.0, "w3" for BW3.1
+// (the op's letter, lower case on odd chunks), or the micro-batch alone (or nothing): those are
+// listed under the chart. A legend ends it. `width` counts whole lines, "rank N |" included; 0:
+// the terminal's ($COLUMNS), else 100.
 inline std::string ascii_timeline(const std::vector<Event>& events, int P, int width = 0) {
     if (width <= 0) {
         const char* columns = std::getenv("COLUMNS");
@@ -966,17 +975,17 @@ inline std::string ascii_timeline(const std::vector<Event>& events, int P, int w
     std::vector<std::string> rows(P, std::string(cols, '.'));
     std::vector<std::string> dropped;
     double scale = makespan > 0 ? cols / makespan : 0;
+    bool chunks = names_chunks(events);
     for (const Event& e : events) {
         if (e.comm || e.rank < 0 || e.rank >= P || !(e.start >= 0 && e.end <= makespan)) continue;  // NaN too
-        const char* letters = "FBIW";
-        char op = letters[int(e.action.op)];
-        if (e.action.chunk % 2 == 1) op = char(op - 'A' + 'a');
-        std::string number = std::to_string(e.action.microbatch), label = op + number;
         int a = std::min(int(e.start * scale + 0.5), cols - 1), b = std::min(std::max(a + 1, int(e.end * scale + 0.5)), cols);
-        if (b - a < int(label.size())) {
-            dropped.push_back("rank " + std::to_string(e.rank) + " " + label);
-            label = b - a >= int(number.size()) ? number : "";
-        }
+        std::string name = to_string(e.action, chunks), number = std::to_string(e.action.microbatch);
+        char letter = "FBIW"[int(e.action.op)];
+        if (e.action.chunk % 2 == 1) letter = char(letter - 'A' + 'a');
+        std::string label = name;
+        for (const std::string& shorter : {letter + number, number, std::string()})
+            if (b - a < int(label.size())) label = shorter;
+        if (label.size() <= number.size()) dropped.push_back("rank " + std::to_string(e.rank) + " " + name);
         for (int c = a; c < b; c++) rows[e.rank][c] = c - a < int(label.size()) ? label[c - a] : '-';
     }
     std::string out;
@@ -986,11 +995,13 @@ inline std::string ascii_timeline(const std::vector<Event>& events, int P, int w
         for (size_t i = 0; i < dropped.size() && i < 8; i++) out += (i ? ", " : " ") + dropped[i];
         out += dropped.size() > 8 ? ", ... (a wider chart: width or $COLUMNS)\n" : "\n";
     }
-    return out + "F3 = forward of micro-batch 3, B backward, I/W input/weight gradient, a-z odd chunk, - running, . idle\n";
+    return out + "F3 = forward of micro-batch 3, B3 backward, BI3/BW3 input/weight gradient" +
+           (chunks ? ", F3.1 on chunk 1" : "") + "; narrow: I3 = BI3, W3 = BW3" + (chunks ? ", f3 = F3.1 (odd chunk)" : "") +
+           "; - running, . idle or waiting\n";
 }
 
 // JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: one track per rank, times in µs
-// (simulated cost units are written as µs).
+// (simulated cost units are written as µs), actions named as in the charts, "comm" for a group.
 inline std::string chrome_trace(const std::vector<Event>& events) {
     auto quoted = [](const std::string& text) {  // a JSON string, whatever the text holds
         std::string q = "\"";
@@ -1024,12 +1035,18 @@ inline std::string chrome_trace(const std::vector<Event>& events) {
                       ",\"args\":{\"name\":\"rank " + id + "\"}}");
         sep = ",\n";
     }
+    bool chunks = names_chunks(events);
     for (const Event& e : events) {
         std::string times = "\"ts\":" + number(e.start) + ",\"dur\":" + number(e.end - e.start);
         std::string id = std::to_string(e.rank);
-        out += sep + ("{\"name\":" + quoted(e.comm ? "comm" : to_string(e.action, true)) + ",\"cat\":\"" +
+        // args: a compute event's micro-batch and chunk, a group's operations and (simulated) its transfer time
+        std::string args = e.comm ? "" : "\"microbatch\":" + std::to_string(e.action.microbatch) + ",\"chunk\":" +
+                                             std::to_string(e.action.chunk);
+        if (!e.detail.empty()) args += (args.empty() ? "" : ",") + ("\"detail\":" + quoted(e.detail));
+        if (e.comm && e.transfer >= 0) args += (args.empty() ? "" : ",") + ("\"transfer\":" + number(e.transfer));
+        out += sep + ("{\"name\":" + quoted(e.comm ? "comm" : to_string(e.action, chunks)) + ",\"cat\":\"" +
                       (e.comm ? "comm" : op_name(e.action.op)) + "\",\"ph\":\"X\",\"pid\":" + id + ",\"tid\":" + id +
-                      "," + times + ",\"args\":{\"detail\":" + quoted(e.detail) + "}}");
+                      "," + times + ",\"args\":{" + args + "}}");
         sep = ",\n";
     }
     return out + "\n]}\n";

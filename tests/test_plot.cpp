@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,6 +100,34 @@ size_t trace_actions(const std::string& path) {
     size_t n = 0;
     for (const auto& e : j["traceEvents"]) n += e["ph"] == "X" && e["name"] != "comm";
     return n;
+}
+
+// The attributes of each <svg_tag ...> element of `svg` (the writer puts one element on a line).
+std::vector<std::map<std::string, std::string>> elements(const std::string& svg, const std::string& tag) {
+    static const std::regex attr("([a-z0-9-]+)=\"([^\"]*)\"");
+    std::vector<std::map<std::string, std::string>> out;
+    for (const std::string& line : lines_of(svg)) {
+        if (line.rfind("<" + tag + " ", 0) != 0) continue;
+        out.emplace_back();
+        for (std::sregex_iterator m(line.begin(), line.end(), attr), end; m != end; ++m) out.back()[(*m)[1]] = (*m)[2];
+    }
+    return out;
+}
+
+// A shade: a fill and its opacity ("" when opaque).
+std::set<std::pair<std::string, std::string>> shades(const std::string& svg, const std::string& class_prefix) {
+    std::set<std::pair<std::string, std::string>> out;
+    for (auto& r : elements(svg, "rect"))
+        if (r["class"].rfind(class_prefix, 0) == 0) out.insert({r["fill"], r["fill-opacity"]});
+    return out;
+}
+
+// The timeline's panels (measured, then simulated), each from its <g class="panel"> to its </g>.
+std::vector<std::string> panels(const std::string& svg) {
+    std::vector<std::string> out;
+    for (size_t at = svg.find("<g class=\"panel\">"); at != std::string::npos; at = svg.find("<g class=\"panel\">", at + 1))
+        out.push_back(svg.substr(at, svg.find("</g>", at) - at));
+    return out;
 }
 
 // Renders with rsvg-convert where it is installed (librsvg2-bin); says it skipped otherwise.
@@ -197,7 +228,24 @@ TEST_CASE("trace: counter events for the loss and each rank's stash") {
             stash[p]++, peak[p] = std::max(peak[p], e["args"]["stashes"].get<int>());
         }
     }
-    CHECK(loss >= 1);
+    CHECK(loss == 1);   // the trace holds one step: one point
+    // Actions are named as the chart names them (one chunk: no ".0"); compute events say their
+    // micro-batch and chunk, and carry no empty "detail".
+    std::set<std::string> names;
+    for (const auto& e : j["traceEvents"]) {
+        if (e["ph"] != "X") continue;
+        names.insert(e["name"].get<std::string>());
+        CAPTURE(e.dump());
+        const nlohmann::json& args = e["args"];   // value(): a missing key is a failed check, not an abort
+        if (e["name"] == "comm") {
+            CHECK(args.value("detail", "").find(" rank ") != std::string::npos);
+        } else {
+            CHECK(args.value("microbatch", -1) >= 0);
+            CHECK(args.value("chunk", -1) == 0);
+            CHECK(!args.contains("detail"));
+        }
+    }
+    CHECK(names == std::set<std::string>{"F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3", "comm"});
     // 1F1B on 2 ranks: rank 0 holds two stashes at once, rank 1 one; each F and B moves the count.
     CHECK(stash[0] == 1 + 2 * 4);
     CHECK(stash[1] == 1 + 2 * 4);
@@ -225,17 +273,28 @@ TEST_CASE("plot OUT: loss, throughput and timeline SVGs, well-formed, with what 
     CHECK(count(loss, "<circle") == 2);   // eval after step 2 and the final one
     CHECK(loss.find(">step</text>") != std::string::npos);
     CHECK(loss.find(">loss</text>") != std::string::npos);
-    CHECK(read_file(out + "/throughput.svg").find(">tokens per second</text>") != std::string::npos);
+    // The eval dot on the last step stays whole: every dot lies inside the x axis (the first line).
+    double axis_end = std::stod(elements(loss, "line").at(0)["x2"]);
+    for (auto& c : elements(loss, "circle")) CHECK(std::stod(c["cx"]) + std::stod(c["r"]) < axis_end);
+    // The trainer's tok_per_s is a mean since the start; the picture says so.
+    std::string tput = read_file(out + "/throughput.svg");
+    CHECK(tput.find(">tokens per second, mean since the start</text>") != std::string::npos);
+    CHECK(tput.find(">tokens/s, running mean</text>") != std::string::npos);
     std::string tl = read_file(out + "/timeline.svg");
     // A box per action of the trace, measured and again simulated; transfers hatched; the legend.
     size_t actions = trace_actions(dir + "/t.json");
     CHECK(actions == 2 * 4 * 2);   // 2 ranks × 4 micro-batches × (F, B)
     CHECK(count(tl, "class=\"action ") == 2 * actions);
-    CHECK(count(tl, "class=\"comm\"") > 0);
+    // Measured groups hatch their transfer; the simulation's transfers are free: no hatching there.
+    std::vector<std::string> two = panels(tl);
+    REQUIRE(two.size() == 2);
+    CHECK(count(two[0], "class=\"comm\"") > 0);
+    CHECK(count(two[1], "class=\"comm\"") == 0);
     CHECK(tl.find("<pattern id=\"hatch\"") != std::string::npos);
-    for (const char* text : {">F forward<", ">B backward<", ">BI input grad<", ">BW weight grad<", ">rank 1<", ">time (µs)<",
-                             ">simulated: 1f1b"})
+    for (const char* text : {">F forward<", ">B backward<", ">BI input grad<", ">BW weight grad<", ">rank 1<", ">time (",
+                             ">simulated: 1f1b", ">idle, or waiting for a peer<", ">F3 = micro-batch 3<"})
         CHECK_MESSAGE(tl.find(text) != std::string::npos, text);
+    for (const auto& shade : shades(tl, "action ")) CHECK(shades(tl, "legend").count(shade) == 1);
 
     // --metrics, --trace, --out: the same pictures elsewhere; a trace alone gives the timeline alone.
     p = run_cli("plot --metrics " + out + "/metrics.jsonl --out " + dir + "/pics");
@@ -265,6 +324,62 @@ TEST_CASE("schedule --svg: the simulated chart, a box per action") {
     CHECK(count(svg, "class=\"action BW\"") == 4 * 8 * 2);   // ZB-V: every (micro-batch, chunk) has its BW
     CHECK(svg.find(">rank 3<") != std::string::npos);
     check_renders(dir + "/s.svg");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("schedule --svg: a legend swatch per shade; hatching only where transfers cost time") {
+    std::string dir = temp_dir("schedule_shades");
+    // Free transfers (the default costs): ranks wait for each other, and that is drawn as idle.
+    Run r = run_cli("schedule --stages 4 --micro-batches 8 --schedule zbv --svg " + dir + "/free.svg");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    std::string free = read_file(dir + "/free.svg");
+    auto drawn = shades(free, "action "), listed = shades(free, "legend");
+    CHECK(drawn.size() == 2 * 3);   // F, BI, BW, each dark (chunk 0) and light (chunk 1)
+    for (const auto& shade : drawn) CHECK_MESSAGE(listed.count(shade) == 1, shade.first << " " << shade.second);
+    CHECK(count(free, "class=\"comm\"") == 0);
+    CHECK(free.find("url(#hatch)") == std::string::npos);
+    CHECK(free.find(">lighter: odd chunks<") != std::string::npos);
+    CHECK(free.find(">F3.1 = micro-batch 3 on chunk 1<") != std::string::npos);
+    // Transfers of 0.5: each hatched box is one transfer long, whatever the rank waited before it.
+    r = run_cli("schedule --stages 4 --micro-batches 8 --schedule 1f1b --costs 1,1,1,0.5 --svg " + dir + "/paid.svg");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    double makespan = std::stod(r.out.substr(r.out.find("makespan ") + 9));
+    std::string paid = read_file(dir + "/paid.svg");
+    auto hatched = elements(paid, "rect");
+    hatched.erase(std::remove_if(hatched.begin(), hatched.end(), [](auto& e) { return e["class"] != "comm"; }), hatched.end());
+    CHECK(hatched.size() > 0);
+    for (auto& h : hatched) CHECK(std::stod(h["width"]) == doctest::Approx(0.5 * 810 / makespan).epsilon(0.01));
+    CHECK(shades(paid, "legend").count({"url(#hatch)", ""}) == 1);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("plot --trace: a long wait is not drawn as a transfer; µs read as ms") {
+    std::string dir = temp_dir("plot_wait");
+    // Rank 0 has a 10 µs group (its transfer, about) and a 30 ms one (mostly waiting); old-style
+    // names with the chunk still read.
+    auto x = [](const char* name, int pid, double ts, double dur) {
+        return nlohmann::json{{"name", name}, {"ph", "X"}, {"pid", pid}, {"tid", pid}, {"ts", ts}, {"dur", dur}};
+    };
+    nlohmann::json trace = {{"traceEvents",
+                             {x("F0", 0, 0, 1000), x("comm", 0, 1000, 10), x("comm", 0, 1010, 30000), x("B0", 0, 31010, 8990),
+                              x("comm", 1, 0, 1500), x("F0.0", 1, 1500, 3500), x("B0.0", 1, 5000, 25000), x("comm", 1, 30000, 10)}}};
+    std::ofstream(dir + "/t.json") << trace.dump();
+    Run p = run_cli("plot --trace " + dir + "/t.json --out " + dir + "/o");
+    REQUIRE_MESSAGE(p.code == 0, p.out);
+    std::string tl = read_file(dir + "/o/timeline.svg");
+    CHECK(xml_problem(tl) == "");
+    CHECK(count(tl, "class=\"action ") == 4);
+    int hatched = 0;
+    for (auto& r : elements(tl, "rect"))
+        if (r["class"] == "comm") {
+            hatched++;
+            CHECK(std::stod(r["width"]) < 1);   // 10 µs of 40 ms: under a pixel
+        }
+    CHECK(hatched == 4);
+    CHECK(tl.find(">time (ms)<") != std::string::npos);
+    CHECK(tl.find(">20<") != std::string::npos);
+    CHECK(tl.find(">20000<") == std::string::npos);
+    check_renders(dir + "/o/timeline.svg");
     fs::remove_all(dir);
 }
 

@@ -361,6 +361,14 @@ TEST_CASE("busy, idle, makespan and transfer cost") {
     for (const Event& e : r.events) (e.comm ? comm : compute)++;
     CHECK(compute == 4);
     CHECK(comm == 2);  // one wait on each rank for its incoming transfer
+    // Each group knows how much of it moved data (the receive that arrived last): rank 1 waits 1
+    // for rank 0's F, then 0.5 for the transfer.
+    for (const Event& e : r.events)
+        if (e.comm) CHECK(e.transfer == doctest::Approx(0.5));
+    // Free transfers: the waits are all waiting (the pictures draw them as idle, not as transfers).
+    SimResult free = simulate(one_f_one_b(2, 1), Costs{1, 1, 1, 0});
+    for (const Event& e : free.events)
+        if (e.comm) CHECK((e.transfer == 0 && e.end > e.start));
 }
 
 TEST_CASE("peak live micro-batches") {
@@ -408,6 +416,32 @@ TEST_CASE("ASCII chart and Chrome trace") {
     for (size_t at = json.find("\"ph\":\"X\""); at != std::string::npos; at = json.find("\"ph\":\"X\"", at + 1)) complete++;
     CHECK(complete == r.events.size());
     CHECK(json.find("\"name\":\"F0.1\"") != std::string::npos);
+}
+
+TEST_CASE("chart and trace name actions alike: F3, BI3, BW3, F3.1 with chunks") {
+    // One chunk per rank: no ".0" anywhere; the chart writes the names where they fit.
+    SimResult z = simulate(zero_bubble_h1(2, 2));
+    std::string chart = ascii_timeline(z.events, 2, 120), json = chrome_trace(z.events);
+    for (const char* name : {"F0", "BI0", "BW1"}) {
+        CHECK_MESSAGE(chart.find(name) != std::string::npos, name);
+        CHECK_MESSAGE(json.find("\"name\":\"" + std::string(name) + "\"") != std::string::npos, name);
+    }
+    CHECK(json.find("\"name\":\"F0.0\"") == std::string::npos);
+    CHECK(chart.find("BI3/BW3 input/weight gradient") != std::string::npos);
+    // A compute event's args say its micro-batch and chunk; none carries an empty "detail".
+    CHECK(json.find("\"name\":\"BI1\",\"cat\":\"BI\"") != std::string::npos);
+    CHECK(json.find("\"args\":{\"microbatch\":1,\"chunk\":0}") != std::string::npos);
+    CHECK(json.find("\"detail\":\"\"") == std::string::npos);
+    CHECK(json.find("\"detail\":\"recv F0 from rank 0\"") != std::string::npos);   // a group's operations stay
+    CHECK(json.find("\"transfer\":0.000") != std::string::npos);                     // simulated: free transfers
+    // Two chunks: "F0.1" in both; a box too narrow for "BI3.1" shows "i3" (the legend says so).
+    SimResult v = simulate(zbv(2, 4));
+    CHECK(chrome_trace(v.events).find("\"name\":\"BI3.1\"") != std::string::npos);
+    std::string wide = ascii_timeline(v.events, 2, 400), narrow = ascii_timeline(v.events, 2, 60);
+    CHECK(wide.find("BI3.1") != std::string::npos);
+    CHECK(narrow.find("BI3.1") == std::string::npos);
+    CHECK(narrow.find("i3") != std::string::npos);
+    CHECK(narrow.find("f3 = F3.1 (odd chunk)") != std::string::npos);
 }
 
 TEST_CASE("bad costs, events and actions are errors, never out-of-bounds writes or reads") {

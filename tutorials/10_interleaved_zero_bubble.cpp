@@ -38,7 +38,7 @@ int main() {
         for (int n : sim.peak_live) std::printf(" %d", n);
         std::printf("\n%s", pp::ascii_timeline(sim.events, P, 100).c_str());
     }
-    std::printf("look at: lower-case letters are chunk 1; I and W are zb-h1's BI and BW filling the tail.\n"
+    std::printf("look at: F3.1 is chunk 1 (f3 where its box is narrow); zb-h1's BI and BW fill the tail.\n"
                 "formulas: (P-1)/(M+P-1) = %.1f%%, (P-1)/(V*M+P-1) = %.1f%%, (P-1)/(3M+P-1) = %.1f%%.\n\n",
                 100.0 * (P - 1) / (M + P - 1), 100.0 * (P - 1) / (2 * M + P - 1), 100.0 * (P - 1) / (3 * M + P - 1));
 

@@ -42,8 +42,8 @@ int main() {
     }
     std::printf("formula: zbv's bubble (P-1)/(6M+P-1) = %.1f%% once M >= 2P-2, the fill alone.\n",
                 100.0 * (P - 1) / (6 * M + P - 1));
-    std::printf("look at: zbv's bubble is half zb-h1's with the memory of 1F1B's rank 0 on EVERY rank (lower case\n"
-                "is chunk 1, the way back up).\n\n");
+    std::printf("look at: zbv's bubble is half zb-h1's with the memory of 1F1B's rank 0 on EVERY rank (F3.1, or\n"
+                "lower case f3 where the box is narrow, is chunk 1: the way back up).\n\n");
 
     std::printf("== step 3: auto, planned from costs, under a tight and a loose memory cap ==\n");
     std::vector<pp::Costs> costs(P, pp::Costs{1, 1.5, 0.5, 0});   // BW cheaper than BI

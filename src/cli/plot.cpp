@@ -1,18 +1,20 @@
 // src/cli/plot.cpp — what `train` keeps of a run (metrics.jsonl, schedule.json, counters in the
 // trace) and `pipetrain plot`, which turns them into standalone SVG pictures:
 //   loss.svg        train loss per step, eval loss as points
-//   throughput.svg  tokens per second per step
+//   throughput.svg  tokens per second: each step's mean since the run (or its resume) started
 //   timeline.svg    the measured timeline of the run's --trace (its last step), and under it the
 //                   same schedule simulated (pp::simulate) with each rank's measured mean F, B,
 //                   BI, BW times and free transfers: where the two differ, communication or
 //                   noise cost the time. Without a trace, only the simulation, with unit costs.
+//                   Transfers are hatched, waiting for a peer left blank like idle time.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cmath>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -128,14 +130,15 @@ void write_schedule_json(const std::string& path, const std::string& name, const
 
 namespace {
 
-// "F3.1", "BI0.0", "B2.1+" (overlapped) as an action; false if it is not one.
+// "F3", "F3.1", "BI0.0", "B2.1+" (overlapped) as an action (pp::to_string's names; no chunk:
+// chunk 0); false if it is not one.
 bool parse_action(const std::string& text, pp::Action* a) {
     static const std::pair<const char*, pp::Op> ops[] = {{"BI", pp::Op::BI}, {"BW", pp::Op::BW}, {"F", pp::Op::F}, {"B", pp::Op::B}};
     for (const auto& [name, op] : ops) {
         size_t n = std::strlen(name);
         if (text.compare(0, n, name) != 0) continue;
-        int mb = -1, chunk = -1, used = 0;
-        if (std::sscanf(text.c_str() + n, "%d.%d%n", &mb, &chunk, &used) != 2 || mb < 0 || chunk < 0) return false;
+        int mb = -1, chunk = 0, used = 0, fields = std::sscanf(text.c_str() + n, "%d%n.%d%n", &mb, &used, &chunk, &used);
+        if (fields < 1 || mb < 0 || chunk < 0 || !std::isdigit(static_cast<unsigned char>(text[n]))) return false;
         std::string rest = text.substr(n + size_t(used));
         if (!rest.empty() && rest != "+") return false;
         *a = {op, mb, chunk, rest == "+"};
@@ -173,15 +176,14 @@ pp::Schedule read_schedule_json(const std::string& path, std::string* name, int*
 
 std::string with_trace_counters(const std::string& trace, const std::vector<pp::Event>& events, double loss,
                                 const std::vector<RankStep>& ranks) {
-    double end = 0;
-    for (const pp::Event& e : events) end = std::max(end, e.end);
     std::string counters;
     auto counter = [&](const std::string& name, int pid, double ts, const nlohmann::json& args) {
         nlohmann::json c = {{"name", name}, {"ph", "C"}, {"pid", pid}, {"tid", pid}, {"ts", ts}, {"args", args}};
         counters += ",\n" + c.dump();
     };
-    double shown = std::isfinite(loss) ? loss : 0.0;
-    counter("loss", 0, 0, {{"loss", shown}}), counter("loss", 0, end, {{"loss", shown}});
+    // The trace holds one step, so one point: Perfetto draws a counter's value on until its next
+    // point, so this one at the step's start covers the step.
+    counter("loss", 0, 0, {{"loss", std::isfinite(loss) ? loss : 0.0}});
     // Live stashes over the step: one more at the end of each F, one fewer at the end of each
     // (micro-batch, chunk)'s last backward (B, or BW), as pp::simulate counts them.
     for (int r = 0; r < int(ranks.size()); r++) {
@@ -243,26 +245,70 @@ const char* op_colour(pp::Op op) {
 }
 
 constexpr double kLeft = 70, kRight = 20, kWidth = 900, kRow = 26;
+// Odd chunks (the V shape's way back, a loop's second round) are drawn lighter.
+const std::string kOddChunk = "fill-opacity=\"0.55\"";
 
-// An x axis from 0 to `max` at height y, ticks labelled, and its name under them.
-void x_axis(Svg& svg, double y, double x0, double x1, double lo, double hi, const std::string& label) {
+// An x axis at height y for times 0..end, ticks labelled in units of `per` µs (1000: ms), and its
+// name under them.
+void x_axis(Svg& svg, double y, double x0, double x1, double end, double per, const std::string& label) {
     svg.line(x0, y, x1, y, "#333333");
-    double scale = hi > lo ? (x1 - x0) / (hi - lo) : 0;
-    for (double t : nice_ticks(lo, hi, 8)) {
-        double x = x0 + (t - lo) * scale;
+    double scale = end > 0 ? (x1 - x0) / end : 0;
+    for (double t : nice_ticks(0, end / per, 8)) {
+        double x = x0 + t * per * scale;
         svg.line(x, y, x, y + 4, "#333333");
         svg.text(x, y + 15, svg_number(t), 10, "middle");
     }
     svg.text((x0 + x1) / 2, y + 30, label, 11, "middle", "class=\"axis-label\"");
 }
 
-// One panel of the timeline: rows of actions (filled by op) and transfers (hatched), from y.
-// `end`: the time at the right edge, the same for both panels, so that their lengths compare.
-double draw_timeline(Svg& svg, const std::vector<pp::Event>& events, double y, const std::string& title,
-                     const std::string& unit, double end) {
+// µs read as ms from 2 ms on: ticks 2, 4 rather than 2000, 4000. Returns µs per tick unit, and the label.
+std::pair<double, std::string> time_unit(double end, const std::string& label) {
+    const std::string us = "time (µs";
+    if (end < 2000 || label.compare(0, us.size(), us) != 0) return {1, label};
+    return {1000, "time (ms" + label.substr(us.size())};
+}
+
+// How much of each of a rank's groups moved data: what simulate recorded, else (measured) the
+// rank's shortest group, as rank_time_report estimates it (a group that waits for nobody takes
+// about that long; the rest of a longer one is waiting for the peer).
+std::vector<double> transfer_of(const std::vector<pp::Event>& events) {
+    std::map<int, double> shortest;
+    for (const pp::Event& e : events)
+        if (e.comm && e.transfer < 0 && e.rank >= 0)
+            shortest[e.rank] = shortest.count(e.rank) ? std::min(shortest[e.rank], e.end - e.start) : e.end - e.start;
+    std::vector<double> transfer;
+    for (const pp::Event& e : events)
+        transfer.push_back(!e.comm ? 0.0 : e.transfer >= 0 ? e.transfer : shortest[e.rank]);
+    return transfer;
+}
+
+struct Drawn {
+    double y = 0;                          // under the panel
+    bool odd_chunks = false, transfers = false;   // light shades, hatching
+};
+
+// An action's box, filled by op, lighter on odd chunks, named where the box holds the name (or
+// the micro-batch alone).
+void action_box(Svg& svg, const pp::Event& e, bool chunks, double x, double w, double top) {
+    svg.rect(x, top, w, kRow - 4, op_colour(e.action.op),
+             std::string("class=\"action ") + pp::op_name(e.action.op) + "\" stroke=\"white\" stroke-width=\"0.5\"" +
+                 (e.action.chunk % 2 ? " " + kOddChunk : ""));
+    for (const std::string& label : {pp::to_string(e.action, chunks), std::to_string(e.action.microbatch)})
+        if (w >= 6.0 * label.size() + 4) {
+            svg.text(x + w / 2, top + kRow / 2 + 2, label, 10, "middle", "fill=\"white\"");
+            break;
+        }
+}
+
+// One panel of the timeline: rows of actions, and of each send/recv group the part that moved
+// data hatched; waiting for a peer is left blank, as idle is. `end`: the time at the right edge,
+// the same for both panels, so that their lengths compare.
+Drawn draw_timeline(Svg& svg, const std::vector<pp::Event>& events, double y, const std::string& title,
+                    const std::string& unit, double end) {
     int P = 0;
     for (const pp::Event& e : events) P = std::max(P, e.rank + 1);
     double x0 = kLeft, x1 = kWidth - kRight, scale = end > 0 ? (x1 - x0) / end : 0;
+    svg.raw("<g class=\"panel\">");   // one group a panel: a reader (and the tests) can tell measured from simulated
     svg.text(x0, y + 14, title, 13, "start", "font-weight=\"bold\"");
     y += 24;
     for (int r = 0; r < P; r++) {
@@ -270,37 +316,50 @@ double draw_timeline(Svg& svg, const std::vector<pp::Event>& events, double y, c
         svg.text(x0 - 8, top + kRow / 2 + 4, "rank " + std::to_string(r), 11, "end");
         svg.rect(x0, top, x1 - x0, kRow - 4, "#f4f4f4");
     }
-    for (const pp::Event& e : events) {
+    Drawn drawn;
+    bool chunks = pp::names_chunks(events);
+    std::vector<double> transfer = transfer_of(events);
+    for (size_t i = 0; i < events.size(); i++) {
+        const pp::Event& e = events[i];
         if (e.rank < 0) continue;
-        double x = x0 + e.start * scale, w = std::max(0.5, (e.end - e.start) * scale), top = y + e.rank * kRow;
-        if (e.comm) {
-            svg.rect(x, top + 4, w, kRow - 12, "url(#hatch)", "class=\"comm\"");
-            continue;
+        double top = y + e.rank * kRow, moved = std::min(transfer[i], e.end - e.start);
+        if (!e.comm) {
+            action_box(svg, e, chunks, x0 + e.start * scale, std::max(0.5, (e.end - e.start) * scale), top);
+            drawn.odd_chunks = drawn.odd_chunks || e.action.chunk % 2;
+        } else if (moved > 0) {   // the transfer ends the group: first the rank waits, then data moves
+            svg.rect(x0 + (e.end - moved) * scale, top + 4, std::max(0.5, moved * scale), kRow - 12, "url(#hatch)", "class=\"comm\"");
+            drawn.transfers = true;
         }
-        // Odd chunks (the V shape's way back, a loop's second round) are drawn lighter.
-        svg.rect(x, top, w, kRow - 4, op_colour(e.action.op),
-                 std::string("class=\"action ") + pp::op_name(e.action.op) + "\" stroke=\"white\" stroke-width=\"0.5\"" +
-                     (e.action.chunk % 2 ? " fill-opacity=\"0.6\"" : ""));
-        std::string label = std::to_string(e.action.microbatch);
-        if (w >= 7.0 * label.size() + 2)   // the micro-batch number, where the box holds it
-            svg.text(x + w / 2, top + kRow / 2 + 2, label, 10, "middle", "fill=\"white\"");
     }
     y += P * kRow;
-    x_axis(svg, y, x0, x1, 0, end, unit);
-    return y + 40;
+    auto [per, label] = time_unit(end, unit);
+    x_axis(svg, y, x0, x1, end, per, label);
+    svg.raw("</g>");
+    drawn.y = y + 40;
+    return drawn;
 }
 
-void legend(Svg& svg, double y) {
+// A swatch for every shade the panels drew (an op's colour, lighter on odd chunks), what blank
+// and hatching mean, and how actions are named.
+void legend(Svg& svg, double y, bool odd_chunks, bool transfers) {
     double x = kLeft;
     const std::pair<pp::Op, const char*> items[] = {
         {pp::Op::F, "F forward"}, {pp::Op::B, "B backward"}, {pp::Op::BI, "BI input grad"}, {pp::Op::BW, "BW weight grad"}};
     for (const auto& [op, text] : items) {
         svg.rect(x, y, 14, 12, op_colour(op), "class=\"legend\"");
-        svg.text(x + 18, y + 10, text, 11);
-        x += 130;
+        if (odd_chunks) svg.rect(x + 16, y, 14, 12, op_colour(op), "class=\"legend\" " + kOddChunk);
+        svg.text(x + (odd_chunks ? 34 : 18), y + 10, text, 11);
+        x += odd_chunks ? 140 : 120;
     }
-    svg.rect(x, y, 14, 12, "url(#hatch)", "class=\"legend\"");
-    svg.text(x + 18, y + 10, "send/recv (waiting + transfer)", 11);
+    svg.text(x, y + 10, odd_chunks ? "F3.1 = micro-batch 3 on chunk 1" : "F3 = micro-batch 3", 11);
+    x = kLeft, y += 18;
+    svg.rect(x, y, 14, 12, "#f4f4f4", "class=\"legend\" stroke=\"#cccccc\"");
+    svg.text(x + 18, y + 10, "idle, or waiting for a peer", 11);
+    if (transfers) {
+        svg.rect(x + 200, y, 14, 12, "url(#hatch)", "class=\"legend\"");
+        svg.text(x + 218, y + 10, "transfer (measured: about the rank's shortest send/recv group)", 11);
+    }
+    if (odd_chunks) svg.text(x + 620, y + 10, "lighter: odd chunks", 11);
 }
 
 const char* kHatch =
@@ -318,17 +377,17 @@ int rows_of(const std::vector<pp::Event>& events) {
 
 std::string timeline_svg(const std::vector<pp::Event>& measured, const std::string& title,
                          const std::vector<pp::Event>* simulated, const std::string& simulated_title, const std::string& axis) {
-    double height = 40 + 24 + rows_of(measured) * kRow + 40;
-    if (simulated) height += 24 + rows_of(*simulated) * kRow + 40;
-    Svg svg(kWidth, height + 10);
+    auto panel = [](const std::vector<pp::Event>& events) { return 24 + rows_of(events) * kRow + 40; };
+    const double top = 50;   // under the legend's two lines
+    Svg svg(kWidth, top + panel(measured) + (simulated ? panel(*simulated) : 0) + 10);
     svg.raw(kHatch);
-    legend(svg, 10);
     double end = 0;
     for (const pp::Event& e : measured) end = std::max(end, e.end);
     if (simulated)
         for (const pp::Event& e : *simulated) end = std::max(end, e.end);
-    double y = draw_timeline(svg, measured, 30, title, axis, end);
-    if (simulated) draw_timeline(svg, *simulated, y, simulated_title, "time (µs, simulated)", end);
+    Drawn first = draw_timeline(svg, measured, top, title, axis, end), second;
+    if (simulated) second = draw_timeline(svg, *simulated, first.y, simulated_title, "time (µs, simulated)", end);
+    legend(svg, 10, first.odd_chunks || second.odd_chunks, first.transfers || second.transfers);
     return svg.str();
 }
 
@@ -353,7 +412,10 @@ std::string line_chart(const std::string& title, const std::string& xlabel, cons
     if (xhi == xlo) xlo -= 1, xhi += 1;
     double pad = yhi > ylo ? 0.05 * (yhi - ylo) : std::max(1e-3, std::fabs(yhi) * 0.05);
     ylo -= pad, yhi += pad;
-    auto X = [&](double v) { return x0 + (v - xlo) * (x1 - x0) / (xhi - xlo); };
+    // The data stops short of the axes' ends by more than a dot's radius: a point on the last step
+    // (the final evaluation) stays whole.
+    const double inset = 8;
+    auto X = [&](double v) { return x0 + inset + (v - xlo) * (x1 - x0 - 2 * inset) / (xhi - xlo); };
     auto Y = [&](double v) { return y0 - (v - ylo) * (y0 - y1) / (yhi - ylo); };
     Svg svg(W, H);
     svg.text(W / 2, 22, title, 14, "middle", "font-weight=\"bold\"");
@@ -417,6 +479,8 @@ std::vector<pp::Event> read_trace(const std::string& path) {
             ev.rank = e.at("pid").get<int>(), ev.start = e.at("ts").get<double>(), ev.end = ev.start + e.at("dur").get<double>();
             std::string name = e.at("name").get<std::string>();
             ev.comm = name == "comm";
+            if (ev.comm && e.contains("args") && e["args"].is_object() && e["args"].contains("transfer"))
+                ev.transfer = e["args"]["transfer"].get<double>();   // a simulated trace's (pipetrain schedule --trace)
             if (!ev.comm && !parse_action(name, &ev.action)) throw std::runtime_error("name " + e.at("name").dump() + " is no action");
             if (ev.rank < 0 || ev.rank > 4096 || !(ev.end >= ev.start) || !std::isfinite(ev.end))
                 throw std::runtime_error("rank or time out of range");
@@ -463,7 +527,7 @@ int plot_main(const std::vector<std::string>& argv) {
     // Everything is read and drawn first, then written: a bad input leaves no picture behind.
     std::vector<std::pair<std::string, std::string>> files;
     if (!metrics.empty()) {
-        Series loss{{}, {}, "train loss", "#4e79a7"}, eval{{}, {}, "eval loss", "#e15759", true}, tok{{}, {}, "tokens/s", "#59a14f"};
+        Series loss{{}, {}, "train loss", "#4e79a7"}, eval{{}, {}, "eval loss", "#e15759", true}, tok{{}, {}, "tokens/s, running mean", "#59a14f"};
         for (const nlohmann::json& j : read_metrics(metrics)) {
             double step = j["step"].get<double>();
             loss.x.push_back(step), loss.y.push_back(number_or_nan(j["loss"]));
@@ -474,7 +538,9 @@ int plot_main(const std::vector<std::string>& argv) {
         std::vector<Series> curves = {loss};
         if (!eval.x.empty()) curves.push_back(eval);
         files.push_back({"loss.svg", line_chart("loss", "step", "loss", curves)});
-        files.push_back({"throughput.svg", line_chart("throughput", "step", "tokens per second", {tok})});
+        // tok_per_s is the trainer's mean since the run (or its resume) started, not each step's own
+        files.push_back({"throughput.svg", line_chart("throughput: the mean since the run started (or resumed)", "step",
+                                                      "tokens per second, mean since the start", {tok})});
     }
     std::string name;
     int V = 1;

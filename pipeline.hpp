@@ -959,7 +959,7 @@ inline bool names_chunks(const std::vector<Event>& events) {
 // for a peer. A box too narrow for the name shows two characters, "I3" for BI3.0, "w3" for BW3.1
 // (the op's letter, lower case on odd chunks), or the micro-batch alone (or nothing): those are
 // listed under the chart. A legend ends it. `width` counts whole lines, "rank N |" included; 0:
-// the terminal's ($COLUMNS), else 100.
+// $COLUMNS, else 100 (pipetrain's commands pass the terminal's width, asked of the terminal).
 inline std::string ascii_timeline(const std::vector<Event>& events, int P, int width = 0) {
     if (width <= 0) {
         const char* columns = std::getenv("COLUMNS");
@@ -993,7 +993,7 @@ inline std::string ascii_timeline(const std::vector<Event>& events, int P, int w
     if (!dropped.empty()) {
         out += "too narrow to name (" + std::to_string(dropped.size()) + "):";
         for (size_t i = 0; i < dropped.size() && i < 8; i++) out += (i ? ", " : " ") + dropped[i];
-        out += dropped.size() > 8 ? ", ... (a wider chart: width or $COLUMNS)\n" : "\n";
+        out += dropped.size() > 8 ? ", ... (to name them all, widen the terminal or run with COLUMNS=250)\n" : "\n";
     }
     return out + "F3 = forward of micro-batch 3, B3 backward, BI3/BW3 input/weight gradient" +
            (chunks ? ", F3.1 on chunk 1" : "") + "; narrow: I3 = BI3, W3 = BW3" + (chunks ? ", f3 = F3.1 (odd chunk)" : "") +

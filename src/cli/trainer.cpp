@@ -1289,6 +1289,11 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
         double first = 1e300;
         for (const pp::Event& e : w.trace_events) first = std::min(first, e.start);
         for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
+        for (pp::Event& e : w.trace_events)   // what a compute event ran: its layers
+            if (!e.comm) {
+                const std::vector<int>& l = w.split[e.rank % w.P][e.action.chunk];
+                e.detail = "layers " + std::to_string(l.front()) + "-" + std::to_string(l.back());
+            }
         // plots: counters (loss, stashes per rank) join the timeline's events
         write_file_atomic(a.str("--trace"), with_trace_counters(pp::chrome_trace(w.trace_events), w.trace_events,
                                                                 w.last_loss, w.record.ranks));

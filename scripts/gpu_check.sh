@@ -141,7 +141,7 @@ if want train; then
 train() {   # $1 = name, rest = flags
     local name=$1; shift
     step "train-$name" 60 "$BUILD/pipetrain" train --preset tiny --data tests/fixtures/text/sample_zh.txt \
-        --out "$BUILD/train-$name" --stages 4 --micro-batches 8 --batch 32 --seq 64 --steps 20 --seed 1 "$@" \
+        --out "$BUILD/train-$name" --overwrite --stages 4 --micro-batches 8 --batch 32 --seq 64 --steps 20 --seed 1 "$@" \
         >/dev/null || { echo "FAILED FAILED"; return; }
     local toks loss
     toks=$(grep '^step ' "$BUILD/train-$name.log" | tail -n 1 | sed -E 's/.*\| ([0-9]+) tok\/s.*/\1/')

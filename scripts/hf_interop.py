@@ -415,7 +415,8 @@ def attempt(report, part, name, fn):
 def part_a(report, impl, pt, work, trained_vocab_holder):
     sample = os.path.join(FIXTURES, "text", "sample_zh.txt")
     dev = os.path.join(FIXTURES, "classify", "dev.tsv")
-    common = ["--stages", 2, "--micro-batches", 2, "--batch", 8, "--seq", 32, "--seed", 1]
+    # --overwrite: a rerun with the same --work trains into the directories of the last one
+    common = ["--stages", 2, "--micro-batches", 2, "--batch", 8, "--seq", 32, "--seed", 1, "--overwrite"]
     mlm, cls_dir, causal = (os.path.join(work, d) for d in ("a-mlm", "a-classifier", "a-causal"))
 
     def a1():   # masked LM trained by pipetrain through 2 stages
@@ -492,7 +493,7 @@ def part_b(report, impl, pt, work):
         out = os.path.join(work, "a4-finetuned")
         try:
             pt("train", "--model", d, "--inputs", batch_file, "--out", out, "--stages", 2, "--micro-batches", 1,
-               "--steps", 5, "--lr", "1e-3", "--seed", 1)
+               "--steps", 5, "--lr", "1e-3", "--seed", 1, "--overwrite")
             check_model(report, "a", "HF-made model with task ids, fine-tuned by pipetrain (2 stages) → ErnieForMaskedLM",
                         impl, pt, "mlm", out, work, batch_file=batch_file)
         except Exception as e:

@@ -166,7 +166,9 @@ Batch synthetic_batch(const ModelConfig& cfg, int B, int T) {
         b.input_ids[i] = int32_t(5 + i * 7919 % size_t(cfg.vocab_size - 5));
         // A classifier reads a label in [0, num_labels) at each sequence's first row; MLM, token ids.
         if (cfg.num_labels > 0 && i % size_t(T) == 0) b.targets[i] = int32_t(i / T % size_t(cfg.num_labels));
-        else if (cfg.num_labels == 0 && i % 7 == 3) b.targets[i] = b.input_ids[i];
+        // MLM: about 15% of the positions; causal (is_decoder): every one, as in training, where
+        // the head then costs several blocks (--partition time must see that).
+        else if (cfg.num_labels == 0 && (cfg.is_decoder || i % 7 == 3)) b.targets[i] = b.input_ids[i];
     }
     return b;
 }

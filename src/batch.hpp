@@ -44,7 +44,8 @@ std::vector<Batch> make_eval_batches(const std::vector<std::vector<int32_t>>& se
 void set_causal_targets(Batch& b);
 
 // A (B, T) batch of pseudo-random ids for timing, which needs the shapes and the target density
-// of real data, not its text: every 7th token an MLM target (~15%), or a label per row.
+// of real data, not its text: every 7th token an MLM target (~15%), every token for a causal model
+// (is_decoder), or a label per row.
 Batch synthetic_batch(const ModelConfig& cfg, int B, int T);
 
 // One labeled sequence for classification: [CLS] A [SEP] (B [SEP]), truncated to T and padded;

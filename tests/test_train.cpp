@@ -526,3 +526,15 @@ TEST_CASE("the tutorials have a build target of their own") {
     Run r = run_command("cmake --build " + build + " --target tutorials");
     CHECK_MESSAGE(r.code == 0, r.out);
 }
+
+TEST_CASE("--partition time times a causal head over every position, as training runs it") {
+    // The causal head computes logits at every position, several blocks' worth at a 4000-token
+    // vocabulary; timed on MLM's 15% of targets it looked like one block, and the last stage got
+    // three layers ([6 7 8]) and held the other up.
+    Run r = run_cli("train --preset tiny --blocks 7 --objective causal --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") +
+                    " --stages 2 --micro-batches 3 --out " + temp_dir("causal_split") + " --dry-run");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    bool head_alone_or_nearly = r.out.find("  stage 1: [8] (head)") != std::string::npos ||
+                                r.out.find("  stage 1: [7 8] (block 6, head)") != std::string::npos;
+    CHECK_MESSAGE(head_alone_or_nearly, r.out);
+}

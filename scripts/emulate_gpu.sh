@@ -10,7 +10,7 @@ if [ "${1:-}" = --nccl-vs-thread ]; then  # internal, run by a check in the buil
     shift
     out=nccl-vs-thread-${EMU_GPUS:-1}${EMU_TAG:-}
     train="./pipetrain train --preset tiny --data $(cd "$(dirname "$0")/.." && pwd)/tests/fixtures/text/sample_zh.txt
-           --steps 3 --batch 8 --seq 32 --seed 11 --dropout 0.1 --lr 1e-3 --device cuda $*"
+           --steps 3 --batch 8 --seq 32 --seed 11 --dropout 0.1 --lr 1e-3 --device cuda --overwrite $*"   # a rerun reuses its --out
     $train --out "$out-auto" | tee "$out-auto.log" && $train --comm thread --out "$out-thread" || exit 1
     # One GPU per rank: "auto" must choose NCCL, and NCCL must give ThreadComm's bits.
     grep -q "| comm nccl$" "$out-auto.log" || { echo "emulate_gpu: --comm auto did not choose nccl"; exit 1; }

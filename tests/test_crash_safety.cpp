@@ -53,6 +53,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -475,4 +476,50 @@ TEST_CASE("a flipped byte or a missing file in a saved directory is refused by n
     CHECK(detected == tried);
     MESSAGE("corruptions tried " << tried << " | detected (every loader refused, naming the file) " << detected
                                  << " | files removed " << removed << " | refused by name " << removed_refused);
+}
+
+// A kill never loses the page cache, so the test above cannot see a missing fsync. The order of
+// a save's calls says it instead: each file's data is fsynced before it is renamed into the
+// staging directory; after the files are renamed into OUT, OUT itself is fsynced (the entries
+// reach the disk), then the manifest's rename commits, then OUT is fsynced again.
+TEST_CASE("a save's durable order: file fsyncs, directory fsync, the manifest's rename, directory fsync") {
+#ifndef PT_KILL_SHIM
+    MESSAGE("skipped: the kill shim needs Linux + glibc (LD_PRELOAD)");
+#else
+    Scratch root_dir{scratch_dir("order")};
+    const std::string out = fs::canonical(root_dir.dir).string() + "/out", log = root_dir.dir + "/calls.log";
+    Run r = run_command("LD_PRELOAD=" + std::string(PT_KILL_SHIM) + " PT_KILL_LOG=" + log + " " + PT_CLI +
+                        " train --preset tiny" + data_flag + " --steps 1 --batch 4 --seq 16 --out " + out);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    std::vector<std::pair<std::string, std::string>> calls;   // (kind, path), in order
+    std::istringstream in(read_file(log));
+    for (std::string n, kind, path; in >> n >> kind && std::getline(in >> std::ws, path);) calls.push_back({kind, path});
+    auto at = [&](const std::string& kind, const std::string& path, size_t from = 0) {
+        for (size_t i = from; i < calls.size(); i++)
+            if (calls[i].first == kind && calls[i].second == path) return i;
+        return calls.size();
+    };
+    std::string trail;   // the calls, for the failure message
+    for (auto& [kind, path] : calls) trail += "  " + kind + " " + path + "\n";
+    INFO("the save's calls:\n" << trail);
+    const size_t commit = at("rename", out + "/pipetrain_manifest.json");
+    REQUIRE(commit < calls.size());
+    REQUIRE(commit > 0);
+    for (std::string file : {"config.json", "vocab.txt", "model.safetensors"}) {
+        CAPTURE(file);
+        size_t staged = at("rename", out + "/.saving/" + file), moved = at("rename", out + "/" + file);
+        REQUIRE(staged < commit);
+        REQUIRE(moved < commit);
+        bool synced = false;   // its data, under the temporary name it had before the rename
+        for (size_t i = 0; i < staged; i++)
+            synced |= calls[i].first == "fsync" && calls[i].second.rfind(out + "/.saving/" + file + ".tmp", 0) == 0;
+        CHECK_MESSAGE(synced, file << " was renamed before its data was fsynced");
+        CHECK_MESSAGE(at("fsync", out, moved) < commit, "no fsync of " << out << " between moving " << file
+                                                                       << " in and the manifest's rename");
+    }
+    auto call = [&](size_t i) { return calls[i].first + " " + calls[i].second; };
+    CHECK_MESSAGE(call(commit - 1) == "fsync " + out, "the call before the manifest's rename");
+    REQUIRE(commit + 1 < calls.size());
+    CHECK_MESSAGE(call(commit + 1) == "fsync " + out, "the call after the manifest's rename");
+#endif
 }

@@ -46,7 +46,7 @@ TEST_CASE("eval --dump-logits matches the reference outputs for every fixture mo
             REQUIRE_MESSAGE(r.code == 0, r.out);
             pt::st::File got = pt::st::read(file);
             // The batch the outputs are for comes with them (task ids only where the model has a table).
-            for (const char* n : {"input_ids", "token_type_ids", "attention_mask", "task_type_ids"}) {
+            for (std::string n : {"input_ids", "token_type_ids", "attention_mask", "task_type_ids"}) {
                 CAPTURE(n);
                 bool want_it = std::string(n) != "task_type_ids" || c.model == "nano-like";
                 REQUIRE(bool(got.find(n)) == want_it);
@@ -64,7 +64,9 @@ TEST_CASE("eval --dump-logits matches the reference outputs for every fixture mo
                 REQUIRE(got.find(n));
                 bool per_token = n != "pooled_output" && n.find("loss") == std::string::npos;
                 double err = rel_error(got, want, n, mask, per_token);
-                CHECK(err < 1e-4);
+                // PyTorch's own float32 run is within 7e-7 (expected.json); 1e-5 still leaves 10x for
+                // float32 rounding and catches what moves the logits by 1e-4 (the README's tanh GELU: 4e-4).
+                CHECK(err < 1e-5);
                 // The check can fail: the MLM logits are far from the causal ones.
                 if (n == "causal_logits") CHECK(rel_error(got, want, n, mask, true, "mlm_logits") > 1e-2);
             }

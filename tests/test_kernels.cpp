@@ -362,6 +362,21 @@ TEST_CASE("layernorm forward matches float64; backward matches finite difference
         CHECK(std::fabs(rstd[n] - s) < 1e-5 * s);
     }
     CHECK(rel_err(out, ref) < 1e-6);
+    {   // A row whose variance is near eps (about 1.3e-5 against 1e-5): eps inside or outside the
+        // square root then differs by a third, where a unit-variance row shows only 4e-6.
+        Vec small(C), o(C), mu(1), rs(1);
+        for (int c = 0; c < C; c++) small[c] = 3e-3f * inp[c];
+        ops::layernorm_forward(o.data(), mu.data(), rs.data(), small.data(), weight.data(), bias.data(), 1, C, eps);
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += small[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (small[c] - m) * (small[c] - m);
+        const double s = 1.0 / std::sqrt(v / C + eps);
+        std::vector<double> want(C);
+        for (int c = 0; c < C; c++) want[c] = (small[c] - m) * s * weight[c] + bias[c];
+        CHECK(std::fabs(rs[0] - s) < 1e-5 * s);
+        CHECK(rel_err(o, want) < 1e-6);
+    }
 
     auto loss = [&] {
         Vec o(N * C), mu(N), rs(N);

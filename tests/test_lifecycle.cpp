@@ -96,7 +96,7 @@ TEST_CASE("a manifest refuses a flipped byte, a truncation or a missing file, na
     CHECK(error_of([&] { pt::verify_dir(d); }) == "");   // extra files are not the model's
     int tried = 0, named = 0;
     std::mt19937 rng(11);
-    for (const char* name : {"config.json", "vocab.txt", "model.safetensors", pt::kManifest}) {
+    for (std::string name : {"config.json", "vocab.txt", "model.safetensors", pt::kManifest}) {   // CAPTURE prints a string, not a pointer
         std::string path = d + "/" + name, original = read_file(path);
         for (int k = 0; k < 6; k++) {
             std::string bad = original;
@@ -134,7 +134,7 @@ TEST_CASE("staging, trash and interrupted saves are refused by name; recovery co
     fs::rename(b, out + "/.tmp-checkpoint-5");        // sealed but a file is gone: not complete
     fs::create_directories(out + "/.tmp-checkpoint-6");   // never sealed
     fs::create_directories(out + "/.trash-checkpoint-1-99-0");
-    for (const char* n : {"/.tmp-checkpoint-4", "/.tmp-checkpoint-6", "/.trash-checkpoint-1-99-0"}) {
+    for (std::string n : {"/.tmp-checkpoint-4", "/.tmp-checkpoint-6", "/.trash-checkpoint-1-99-0"}) {
         std::string e = error_of([&] { pt::verify_dir(out + n); });
         CAPTURE(n);
         CHECK(e.find("an unfinished or discarded save") != std::string::npos);

@@ -14,6 +14,22 @@
 
 using namespace pp;
 
+// doctest prints a failed CHECK(a == b) with these instead of "{?} == {?}".
+namespace doctest {
+template <>
+struct StringMaker<Action> {
+    static String convert(const Action& a) {
+        return (to_string(a, true) + (a.overlapped ? " (overlapped)" : "")).c_str();
+    }
+};
+template <>
+struct StringMaker<Schedule> {
+    static String convert(const Schedule& s) {
+        return ("\n" + to_string(s, true) + (s.placement == Placement::vee ? "(vee placement)\n" : "")).c_str();
+    }
+};
+}  // namespace doctest
+
 namespace {
 
 std::string error_of(const Schedule& s) {
@@ -88,6 +104,65 @@ TEST_CASE("ZB-H1 is the paper's order: 1F1B with B split into BI and BW, rank r'
           "rank 1: F0 F1 BI0 F2 BI1 BW0 F3 BI2 BW1 BI3 BW2 BW3\n"
           "rank 2: F0 BI0 F1 BI1 F2 BI2 BW0 F3 BI3 BW1 BW2 BW3\n");
     CHECK_THROWS_AS(zero_bubble_h1(0, 4), std::invalid_argument);
+}
+
+TEST_CASE("ZB-H2 is the paper's order: 2(P-r)-1 warm-up forwards, then BI before F, BWs 2r behind") {
+    // Written out by hand from the rule (Qi et al. 2024, §2.2), not by the code. P = 4, M = 4 has
+    // M < 2P: rank r warms up with min(2(P-r)-1, M) = 4, 4, 3, 1 forwards.
+    CHECK(to_string(zero_bubble_h2(4, 4)) ==
+          "rank 0: F0 F1 F2 F3 BI0 BW0 BI1 BW1 BI2 BW2 BI3 BW3\n"
+          "rank 1: F0 F1 F2 F3 BI0 BI1 BI2 BW0 BI3 BW1 BW2 BW3\n"
+          "rank 2: F0 F1 F2 BI0 F3 BI1 BI2 BI3 BW0 BW1 BW2 BW3\n"
+          "rank 3: F0 BI0 F1 BI1 F2 BI2 F3 BI3 BW0 BW1 BW2 BW3\n");
+    // P = 2, M = 5 >= 2P: the steady state BI, F, BW.
+    CHECK(to_string(zero_bubble_h2(2, 5)) ==
+          "rank 0: F0 F1 F2 BI0 F3 BW0 BI1 F4 BW1 BI2 BW2 BI3 BW3 BI4 BW4\n"
+          "rank 1: F0 BI0 F1 BI1 F2 BI2 F3 BW0 BI3 F4 BW1 BI4 BW2 BW3 BW4\n");
+    CHECK_THROWS_AS(zero_bubble_h2(0, 4), std::invalid_argument);
+}
+
+// The same schedule with every "BI i, F j" pair run as "F j, BI i": the forward first.
+Schedule forward_before_input_grad(Schedule s) {
+    for (std::vector<Action>& actions : s)
+        for (size_t k = 0; k + 1 < actions.size(); k++)
+            if (actions[k].op == Op::BI && actions[k + 1].op == Op::F) std::swap(actions[k], actions[k + 1]);
+    return s;
+}
+
+TEST_CASE("ZB-H2 runs BI before F: with M < 2P or a transfer cost, the forward first is slower") {
+    // BI is on the critical path (the previous rank waits for it), the next F is not yet: running
+    // the F first never helps, and costs time whenever M < 2P or a transfer takes time.
+    for (int P = 1; P <= 5; P++)
+        for (int M = 1; M <= 12; M++)
+            for (double comm : {0.0, 0.5, 1.0}) {
+                INFO("P=" << P << " M=" << M << " comm=" << comm);
+                Costs c{1, 1, 1, comm};
+                Schedule h2 = zero_bubble_h2(P, M), f_first = forward_before_input_grad(h2);
+                REQUIRE_NOTHROW(validate(f_first, M, 1));
+                CHECK(simulate(h2, c).makespan <= simulate(f_first, c).makespan + 1e-12);
+            }
+    // The cases where it shows (unit costs): P = 4, M = 4 (16, not 17); M = 2 on any P > 1; and with
+    // a transfer as long as a compute step, P = 2 for every M > 1.
+    CHECK(simulate(zero_bubble_h2(4, 4)).makespan == doctest::Approx(16));
+    CHECK(simulate(forward_before_input_grad(zero_bubble_h2(4, 4))).makespan == doctest::Approx(17));
+    for (int P = 2; P <= 5; P++) {
+        INFO("P=" << P);
+        CHECK(simulate(zero_bubble_h2(P, 2)).makespan < simulate(forward_before_input_grad(zero_bubble_h2(P, 2))).makespan);
+    }
+    for (int M = 2; M <= 12; M++) {
+        INFO("P=2 M=" << M << " comm=1");
+        Costs c{1, 1, 1, 1};
+        CHECK(simulate(zero_bubble_h2(2, M), c).makespan + 1 <=
+              simulate(forward_before_input_grad(zero_bubble_h2(2, M)), c).makespan);
+    }
+    // Makespans below 2P and with a transfer (unit compute costs), as simulated today: a change to
+    // the order must come with new numbers here.
+    const double zero_comm[] = {9, 11, 14, 16, 19, 21, 24}, unit_comm[] = {15, 18, 22, 26, 30, 34, 38};
+    for (int M = 1; M <= 7; M++) {
+        INFO("P=4 M=" << M);
+        CHECK(simulate(zero_bubble_h2(4, M)).makespan == doctest::Approx(zero_comm[M - 1]));
+        CHECK(simulate(zero_bubble_h2(4, M), Costs{1, 1, 1, 1}).makespan == doctest::Approx(unit_comm[M - 1]));
+    }
 }
 
 TEST_CASE("validate rejects broken schedules with the reason") {

@@ -201,6 +201,37 @@ TEST_CASE("CJK ranges: exactly the BERT ranges are split into single characters"
                       "U+" << std::hex << unsigned(c));
 }
 
+TEST_CASE("CJK ranges: both ends of every range are CJK, the code point just outside each is not") {
+    // BERT's _is_chinese_char, written out again here: (first, last) of each range. Ext B..E touch
+    // (2A700-2B73F, 2B740-2B81F, 2B820-2CEAF), so a neighbour outside one may be inside the next.
+    const std::pair<char32_t, char32_t> ranges[] = {{0x4E00, 0x9FFF},   {0x3400, 0x4DBF},   {0x20000, 0x2A6DF},
+                                                    {0x2A700, 0x2B73F}, {0x2B740, 0x2B81F}, {0x2B820, 0x2CEAF},
+                                                    {0xF900, 0xFAFF},   {0x2F800, 0x2FA1F}};
+    auto inside = [&](char32_t c) {
+        for (auto [lo, hi] : ranges)
+            if (c >= lo && c <= hi) return true;
+        return false;
+    };
+    auto hex = [](char32_t c) {
+        char s[16];
+        std::snprintf(s, sizeof s, "U+%04X", unsigned(c));
+        return std::string(s);
+    };
+    for (auto [lo, hi] : ranges) {
+        for (char32_t c : {lo, hi}) CHECK_MESSAGE(pt::is_cjk(c), hex(c) << " is the end of a CJK range");
+        for (char32_t c : {lo - 1, hi + 1})
+            if (!inside(c)) CHECK_MESSAGE(!pt::is_cjk(c), hex(c) << " is just outside a CJK range");
+    }
+    // Through the tokenizer, at the ends that are assigned characters (cleaning drops the
+    // unassigned ones, 2B73F, 2B81F, 2CEAF, FAFF and 2FA1F, before the ranges are asked), and
+    // at assigned neighbours outside.
+    Tokenizer tok({"[UNK]", "x"}, "mem");
+    for (char32_t c : {0x4E00, 0x9FFF, 0x3400, 0x4DBF, 0x20000, 0x2A6DF, 0x2A700, 0x2B740, 0x2B820, 0xF900, 0x2F800})
+        CHECK_MESSAGE((tok.tokenize("x" + utf8_of(c) + "x") == Tokens{"x", "[UNK]", "x"}), hex(c) << ": a token of its own");
+    for (char32_t c : {0x4DFF, 0xA000, 0x33FF, 0x4DC0, 0xFB00})
+        CHECK_MESSAGE((tok.tokenize("x" + utf8_of(c) + "x") == Tokens{"[UNK]"}), hex(c) << ": part of the word");
+}
+
 TEST_CASE("WordPiece: longest match first, whole word [UNK], 100-character limit") {
     Tokenizer tok({"[UNK]", "un", "##aff", "##able", "a", "##a", "##ab", "##b"}, "mem");
     CHECK(tok.tokenize("unaffable") == Tokens{"un", "##aff", "##able"});

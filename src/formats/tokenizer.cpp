@@ -33,12 +33,16 @@ CharClass char_class(char32_t c) {
     return r && c <= r->hi ? r->cls : kNone;
 }
 
+}  // namespace
+
 // The BERT "Chinese character" ranges: CJK Unified Ideographs (+ Ext A-E) and compatibility ones.
 bool is_cjk(char32_t c) {
     return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
            (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) ||
            (c >= 0x2B820 && c <= 0x2CEAF) || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
+
+namespace {
 
 // BERT counts every non-alphanumeric printable ASCII character as punctuation ($ + < = > ^ ` | ~).
 bool is_punct(char32_t c) {

@@ -63,6 +63,10 @@ class Tokenizer {
     int32_t unk_id_ = -1;
 };
 
+// BERT's _is_chinese_char: the code point is in one of its CJK ranges (each becomes a token).
+// Cleaning drops unassigned code points before this is asked, so tests ask it directly.
+bool is_cjk(char32_t c);
+
 // An ERNIE-style vocab from a corpus: [PAD] [CLS] [SEP] [MASK] [UNK] at ids 0-4, then every CJK
 // character, then single-character pieces (`x`, `##x`), then whole words and `##` suffixes of
 // two or more characters; each group by frequency, ties by string; at most max_size tokens.

@@ -165,7 +165,7 @@ TEST_CASE("activation memory: 1F1B bounds what GPipe stashes, recompute keeps on
     auto run = [&](const std::string& name, const std::string& args) {
         std::string out = temp_dir(name);
         Run r = run_cli("train --preset tiny --data " + kSample + " --steps 1 --batch 32 --seq 16 --seed 7 --out " + out +
-                        " --stages 4 --micro-batches 16 " + args);
+                        " --stages 4 --micro-batches 16 --partition params " + args);   // one split for all: compared per stage
         REQUIRE_MESSAGE(r.code == 0, r.out);
         return peak_stash(r.out);
     };

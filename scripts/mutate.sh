@@ -105,7 +105,7 @@ write_docs() {
         echo "mutation names has changed (fix the mutation), \"no build\" that the mutant does not compile."
         echo
         cat "$SCRATCH/run_info.txt" 2>/dev/null || true
-        echo "- mutations run: $((scored + other)), total $total_s s"
+        echo "- mutations run: $((scored + other)) of the ${#NAMES[@]} in the list, $total_s s in all"
         echo
         echo "**Score: $killed of $scored killed ($(( scored ? 100 * killed / scored : 0 ))%)**"
         echo

@@ -15,6 +15,7 @@
 #                  (default build-mutate/, ignored by git: tree/ is the copy, results.tsv the rows)
 #   --timeout      seconds per test (default 300: a mutation that hangs a test is killed by it)
 #   --no-baseline  skip the check that the unmutated tree passes the quick suite
+#   --resume       keep results.tsv and run only the mutations it does not hold yet (no baseline)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 LIST="$ROOT/scripts/mutations.txt"
@@ -25,6 +26,7 @@ TIMEOUT=300
 MODE=run
 UPDATE_DOCS=0
 BASELINE=1
+RESUME=0
 QUICK_EXCLUDE="emulated_gpu|fuzz_smoke"
 FLAKY=""   # tests seen failing unmutated, then passing (set by the baseline)
 
@@ -38,7 +40,8 @@ while [ $# -gt 0 ]; do
         --scratch) SCRATCH="$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --no-baseline) BASELINE=0; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --resume) RESUME=1; BASELINE=0; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "mutate.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -151,12 +154,13 @@ JOBS="$(nproc)"
 run_ctest() {
     local log="$1"; shift
     (cd "$BUILD" && ctest --output-on-failure --stop-on-failure --timeout "$TIMEOUT" "$@") >>"$log" 2>&1 || true
-    sed -n '/The following tests FAILED:/,$p' "$log" | grep -oE '[0-9]+ - [^ ]+ \([^)]*\)' | head -1 | sed 's/^[0-9]* - //'
+    # (|| true: head closing the pipe early is not a failure of the script)
+    { sed -n '/The following tests FAILED:/,$p' "$log" | grep -oE '[0-9]+ - [^ ]+ \([^)]*\)' | head -1 | sed 's/^[0-9]* - //'; } || true
 }
 # The first line of a failure that says what went wrong (doctest's ERROR, an exception, a timeout).
 first_message() {
-    grep -E 'ERROR|error:|what\(\)|terminate|Timeout|Assertion|deadlock' "$1" | grep -v 'The following tests' |
-        head -1 | sed -e 's/^[[:space:]]*//' -e "s#$TREE/##g" -e 's/\t/ /g' | cut -c1-140
+    { grep -E 'ERROR|error:|what\(\)|terminate|Timeout|Assertion|deadlock' "$1" | grep -v 'The following tests' |
+        head -1 | sed -e 's/^[[:space:]]*//' -e "s#$TREE/##g" -e 's/\t/ /g' | cut -c1-140; } || true
 }
 
 if [ "$BASELINE" = 1 ]; then
@@ -196,11 +200,12 @@ confirm() {
     echo "- machine: $(uname -sm), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'))"
     echo "- commit: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . ':!docs/mutation.md' || echo ' (with uncommitted changes)')"
 } >"$SCRATCH/run_info.txt"
-: >"$RESULTS"
+[ "$RESUME" = 1 ] || : >"$RESULTS"
 printf '%-36s %-10s %-34s %6s\n' mutation result "killed by" seconds
 START_ALL=$SECONDS
 for i in "${!NAMES[@]}"; do
     name="${NAMES[$i]}" file="${FILES[$i]}" killers="${KILLERS[$i]}"
+    if [ "$RESUME" = 1 ] && cut -f1 "$RESULTS" | grep -qx -- "$name"; then continue; fi
     log="$LOGS/$name.log"; : >"$log"
     t0=$SECONDS result="" killer="-" msg=""
     target="$TREE/$file" backup="$SCRATCH/backup"
@@ -235,7 +240,7 @@ for i in "${!NAMES[@]}"; do
             [ "$result" = killed ] && msg="$(first_message "$log")"
             [ -n "$killer" ] || killer="-"
         fi
-        [ "$result" = "no build" ] && msg="$(grep -m1 'error:' "$log" | sed "s#$TREE/##g" | cut -c1-140)"
+        [ "$result" = "no build" ] && msg="$({ grep -m1 'error:' "$log" | sed "s#$TREE/##g" | cut -c1-140; } || true)"
     fi
     [ -f "$backup" ] && { cp "$backup" "$target"; rm -f "$backup"; }   # fresh mtime: rebuilt next time
     secs=$((SECONDS - t0))

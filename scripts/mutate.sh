@@ -90,6 +90,20 @@ if [ "$MODE" = list ]; then
     exit 0
 fi
 
+# What went wrong, in one line: doctest's test case, its first failed check and the values, or
+# the first error, exception or timeout line.
+first_message() {
+    awk -v tree="$TREE/" '
+        function clean(x) { gsub(tree, "", x); gsub(/\t/, " ", x); sub(/^[ \t]+/, "", x); return x }
+        /^TEST CASE:/ { tc = clean(substr($0, 11)) }
+        found && /^  values:|^  logged:/ { msg = msg " (" clean($0) ")"; if (/values/) exit; next }
+        found { exit }
+        !found && /ERROR|error:|what\(\)|terminate|\(Timeout\)|Assertion|deadlock/ && !/The following tests/ {
+            found = 1; msg = (tc != "" && /ERROR/ ? tc ": " : "") clean($0)
+        }
+        END { print substr(msg, 1, 200) }' "$1"
+}
+
 # ---- docs/mutation.md from results.tsv -------------------------------------------------------
 write_docs() {
     local out="$ROOT/docs/mutation.md" killed=0 survived=0 other=0 total_s=0
@@ -116,6 +130,7 @@ write_docs() {
         echo "| mutation | result | killed by | seconds | first message |"
         echo "|---|---|---|---:|---|"
         while IFS=$'\t' read -r name result killer secs msg; do
+            [ "$result" = killed ] && [ -f "$LOGS/$name.log" ] && msg="$(first_message "$LOGS/$name.log")"
             echo "| \`$name\` | $result | $killer | $secs | ${msg//|/\\|} |"
         done <"$RESULTS"
         if [ "$survived" -gt 0 ]; then
@@ -156,11 +171,6 @@ run_ctest() {
     (cd "$BUILD" && ctest --output-on-failure --stop-on-failure --timeout "$TIMEOUT" "$@") >>"$log" 2>&1 || true
     # (|| true: head closing the pipe early is not a failure of the script)
     { sed -n '/The following tests FAILED:/,$p' "$log" | grep -oE '[0-9]+ - [^ ]+ \([^)]*\)' | head -1 | sed 's/^[0-9]* - //'; } || true
-}
-# The first line of a failure that says what went wrong (doctest's ERROR, an exception, a timeout).
-first_message() {
-    { grep -E 'ERROR|error:|what\(\)|terminate|Timeout|Assertion|deadlock' "$1" | grep -v 'The following tests' |
-        head -1 | sed -e 's/^[[:space:]]*//' -e "s#$TREE/##g" -e 's/\t/ /g' | cut -c1-140; } || true
 }
 
 if [ "$BASELINE" = 1 ]; then

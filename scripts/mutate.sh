@@ -17,6 +17,7 @@
 #   --no-baseline  skip the check that the unmutated tree passes the quick suite
 #   --resume       keep results.tsv and run only the mutations it does not hold yet (no baseline)
 set -euo pipefail
+export LC_ALL=C   # bytes: a test message cut mid-character must not lose a row of the table
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 LIST="$ROOT/scripts/mutations.txt"
 SCRATCH="$ROOT/build-mutate"

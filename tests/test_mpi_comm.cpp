@@ -77,7 +77,7 @@ TEST_CASE("abort on one rank ends every process promptly, naming the rank and it
 }
 
 TEST_CASE("a rank that dies mid-exchange ends the job within its timeout") {
-    for (const char* mode : {"exit", "kill"}) {
+    for (std::string mode : {"exit", "kill"}) {   // a string: CAPTURE prints it (a const char* printed its address)
         CAPTURE(mode);
         Job job = launch(3, mode, 3, 30, "rank 1: ending");
         INFO("mpirun output:\n" << job.out);

@@ -205,7 +205,7 @@ void committed_whole(const std::string& out, int* count) {
 TEST_CASE("a rank killed or failing mid-run ends every process within the timeout, naming it") {
     const double timeout = 5;
     std::string flags = common(2, 2000) + " --micro-batches 2 --save-every 1 --keep 1000 --timeout 5 --comm mpi";
-    for (const char* fault : {"kill", "throw"}) {
+    for (std::string fault : {"kill", "throw"}) {   // a string: CAPTURE prints it (a const char* printed its address)
         CAPTURE(fault);
         std::string out = test::temp_dir(std::string("mpi_fault_") + fault);
         // Rank 1 is a process of its own in the job (MPMD: "-np 1 A : -np 1 B"); for "throw" its

@@ -164,6 +164,25 @@ TEST_CASE("every broken safetensors fixture is rejected with a one-line reason")
     CHECK(error_of([] { pt::st::read(PT_FIXTURES); }).find("not a regular file") != std::string::npos);
 }
 
+TEST_CASE("a header length that runs past the end by fewer than the 8 length bytes is refused") {
+    // The header starts after the 8-byte length: n bytes of header need 8 + n bytes of file. A
+    // check of n alone passed n = size - 4 and then read 4 bytes past the end.
+    std::string header = R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    TempDir tmp("past_end");
+    std::string path = (tmp.dir / "short.safetensors").string();
+    for (uint64_t n : {uint64_t(header.size() + 4 + 1), uint64_t(header.size() + 4 + 7)}) {   // file: 8 + header + 4 data bytes
+        std::string bytes(8, '\0');
+        for (int i = 0; i < 8; i++) bytes[i] = char((n >> (8 * i)) & 0xff);
+        bytes += header + std::string(4, '\0');
+        REQUIRE(n <= bytes.size());
+        REQUIRE(8 + n > bytes.size());
+        std::ofstream(path, std::ios::binary) << bytes;
+        const std::string e = error_of([&] { pt::st::read(path); });
+        CAPTURE(n);
+        CHECK(e.find("header length " + std::to_string(n) + " runs past end of file") != std::string::npos);
+    }
+}
+
 TEST_CASE("hand-made headers: every rule of the reference reader") {
     const std::string ok = R"("dtype":"F32","shape":[1],"data_offsets":[0,4])";
     const std::vector<std::tuple<std::string, size_t, std::string>> cases = {

@@ -4,6 +4,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <cctype>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -186,6 +188,18 @@ TEST_CASE("basic tokenizer: case, accents, CJK, punctuation, cleaning") {
     CHECK(tok.tokenize("[mask]") == Tokens{"[", "mask", "]"});
     CHECK(tok.tokenize(" \xCC\x81 ").empty());  // a lone combining mark disappears
     CHECK(tok.tokenize("").empty());
+}
+
+TEST_CASE("punctuation: every printable ASCII character but letters and digits is a token of its own") {
+    // BERT's rule (_is_punctuation): 33-47, 58-64, 91-96, 123-126, whether or not Unicode calls
+    // the character punctuation ($ + < = > ^ ` | ~ are symbols there).
+    Tokenizer tok({"[UNK]", "a", "b"}, "mem");
+    for (char c = 33; c <= 126; c++) {
+        std::string s = std::string("a") + c + "b";
+        CAPTURE(s);
+        if (std::isalnum(static_cast<unsigned char>(c))) CHECK(tok.tokenize(s) == Tokens{"[UNK]"});   // one word
+        else CHECK(tok.tokenize(s) == Tokens{"a", "[UNK]", "b"});
+    }
 }
 
 TEST_CASE("CJK ranges: exactly the BERT ranges are split into single characters") {

@@ -229,24 +229,30 @@ TEST_CASE("gradients: the same with 1 and 3 micro-batches, and those of the loss
 // AdamW's first step with bias correction is m̂ / √v̂ = g / |g|: every weight whose gradient is
 // far above eps moves by lr, against the gradient's sign (without the correction: by 3.16·lr).
 TEST_CASE("one AdamW step from the dumped gradients: the bias-corrected update, recomputed here") {
-    OneStep s = one_step("adamw", "");
-    pt::st::File before = pt::st::read(kErnie + "/hf/model.safetensors");
-    const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-    int checked = 0;
-    for (const pt::st::TensorInfo& t : s.grads.tensors) {
-        std::vector<float> g = s.grads.to_f32(t.name), p0 = before.to_f32(t.name), p1 = s.model.to_f32(t.name);
-        REQUIRE(g.size() == p1.size());
-        for (size_t i = 0; i < g.size(); i++) {
-            if (std::fabs(g[i]) < 1e-5) continue;   // near eps the step is smaller; not this test's point
-            double m = (1 - beta1) * g[i], v = (1 - beta2) * double(g[i]) * g[i];
-            double m_hat = m / (1 - beta1), v_hat = v / (1 - beta2);
-            double want = p0[i] - lr * (m_hat / (std::sqrt(v_hat) + eps));
-            INFO(t.name << "[" << i << "]: before " << p0[i] << ", gradient " << g[i] << ", after " << p1[i] << ", AdamW " << want);
-            REQUIRE(std::fabs(p1[i] - want) <= 1e-3 * lr + 1e-6 * std::fabs(p0[i]));
-            checked++;
+    for (double wd : {0.0, 10.0}) {
+        // With decay, matrices and embeddings also shrink by lr·wd·p (decoupled, AdamW); biases and
+        // LayerNorm weights do not decay. wd = 10 makes that term far larger than the tolerance.
+        CAPTURE(wd);
+        OneStep s = one_step(wd == 0 ? "adamw" : "adamw_wd", "--weight-decay " + std::to_string(wd));
+        pt::st::File before = pt::st::read(kErnie + "/hf/model.safetensors");
+        const double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+        int checked = 0;
+        for (const pt::st::TensorInfo& t : s.grads.tensors) {
+            std::vector<float> g = s.grads.to_f32(t.name), p0 = before.to_f32(t.name), p1 = s.model.to_f32(t.name);
+            REQUIRE(g.size() == p1.size());
+            for (size_t i = 0; i < g.size(); i++) {
+                if (std::fabs(g[i]) < 1e-5) continue;   // near eps the step is smaller; not this test's point
+                double m = (1 - beta1) * g[i], v = (1 - beta2) * double(g[i]) * g[i];
+                double m_hat = m / (1 - beta1), v_hat = v / (1 - beta2);
+                bool decays = t.name.find("LayerNorm") == std::string::npos && t.name.compare(t.name.size() - 4, 4, "bias") != 0;
+                double want = p0[i] - lr * (m_hat / (std::sqrt(v_hat) + eps) + (decays ? wd * p0[i] : 0.0));
+                INFO(t.name << "[" << i << "]: before " << p0[i] << ", gradient " << g[i] << ", after " << p1[i] << ", AdamW " << want);
+                REQUIRE(std::fabs(p1[i] - want) <= 1e-3 * lr + 1e-6 * std::fabs(p0[i]));
+                checked++;
+            }
         }
+        CHECK(checked > 10000);
     }
-    CHECK(checked > 10000);
 }
 
 TEST_CASE("--partition memory: the split `partition --by memory` prints, and 1F1B's in-flight stashes are real") {

@@ -62,9 +62,11 @@ int main() {
     cli("train", {"--preset", "tiny", "--data", fx + "/classify/train.tsv", "--out", tmp + "/base", "--steps", "30",
          "--batch", "16", "--seq", "32", "--lr", "3e-3"},
         train_main);
+    // --partition uniform: the same split on every machine (the default splits by measured time,
+    // which varies from run to run; the bits do not depend on it), so docs/answers.md can name it.
     cli("train", {"--model", tmp + "/base", "--task", "classify", "--labels", "2", "--data", fx + "/classify/train.tsv",
          "--eval", fx + "/classify/dev.tsv", "--stages", "2", "--schedule", "1f1b", "--micro-batches", "2", "--batch", "16",
-         "--seq", "32", "--steps", "60", "--lr", "2e-3", "--out", tmp + "/classifier"},
+         "--seq", "32", "--steps", "60", "--lr", "2e-3", "--partition", "uniform", "--out", tmp + "/classifier"},
         train_main);
     std::printf("look at: the 'eval | accuracy' lines rise from 0.5 (chance) as the classifier learns.\n");
     std::printf("question: the MLM head's tensors were reported as unused and the classifier as fresh.\n"

@@ -149,6 +149,12 @@ def check_cli_block(source, cwd, env):
 def main():
     source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     docs = ["README.md"] + sorted("docs/" + f for f in os.listdir(os.path.join(source, "docs")) if f.endswith(".md"))
+    for doc in docs:   # a doc that is not UTF-8 fails by name, not with a traceback
+        try:
+            open(os.path.join(source, doc), encoding="utf-8").read()
+        except UnicodeDecodeError as e:
+            print("FAILED: %s: not valid UTF-8 at byte %d" % (doc, e.start))
+            return 1
     todo = [(doc, n, cmd, mark) for doc in docs for n, cmd, mark in commands(os.path.join(source, doc))]
     if "--list" in sys.argv:
         for doc, n, cmd, mark in todo:

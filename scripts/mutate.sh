@@ -132,7 +132,7 @@ write_docs() {
         echo "|---|---|---|---:|---|"
         while IFS=$'\t' read -r name result killer secs msg; do
             [ "$result" = killed ] && [ -f "$LOGS/$name.log" ] && msg="$(first_message "$LOGS/$name.log")"
-            msg="$(printf '%s' "$msg" | iconv -f UTF-8 -t UTF-8 -c)"   # a message cut at 200 bytes may end mid-character
+            msg="$(printf '%s' "$msg" | iconv -f UTF-8 -t UTF-8 -c 2>/dev/null || true)"   # a message cut at 200 bytes may end mid-character
             echo "| \`$name\` | $result | $killer | $secs | ${msg//|/\\|} |"
         done <"$RESULTS"
         if [ "$survived" -gt 0 ]; then

@@ -122,7 +122,7 @@ void linear_backward_weight(const RunOptions& o, float* dw, float* db, const flo
 
 // Rows `rows` of x (rows of width C) as a new (n, C) array: the embedding lookup is a gather.
 Buf gather_rows(const float* x, const Array<int32_t>& rows, int C) {
-    Buf out(rows.size() * C);
+    Buf out(rows.size() * C);   // (n, C)
     dev::embedding_forward(out.data(), rows.data(), x, int(rows.size()), C);
     return out;
 }
@@ -141,13 +141,16 @@ void sum_losses(HeadStash& s, const Buf& losses) {
         if (s.targets[i] != kIgnore) s.loss_sum += l[i], s.num_targets++;
 }
 
-void act_forward(const std::string& act, float* out, const float* inp, int n) {
-    if (act == "relu") dev::relu_forward(out, inp, n);
-    else dev::gelu_forward(out, inp, n);
-}
-void act_backward(const std::string& act, float* dinp, const float* inp, const float* dout, int n) {
-    if (act == "relu") dev::relu_backward(dinp, inp, dout, n);
-    else dev::gelu_backward(dinp, inp, dout, n);
+// The FFN's and the MLM head's activation, chosen once from config.json's hidden_act when the
+// layer is built (the loader accepts only "gelu" and "relu"), not by a string on every call.
+struct Activation {
+    void (*forward)(float* out, const float* inp, int n);
+    void (*backward)(float* dinp, const float* inp, const float* dout, int n);
+};
+Activation activation(const std::string& hidden_act) {
+    if (hidden_act == "relu") return {dev::relu_forward, dev::relu_backward};
+    if (hidden_act == "gelu") return {dev::gelu_forward, dev::gelu_backward};
+    throw std::invalid_argument("hidden_act must be \"gelu\" or \"relu\", got \"" + hidden_act + "\"");
 }
 
 ops::DropoutKey dropout_key(const RunOptions& opt, const MicroBatch& mb, int layer, int site) {
@@ -186,13 +189,14 @@ class Embedding : public Layer {
     std::unique_ptr<Stash> forward(float* out, const float*, const MicroBatch& mb, const RunOptions& opt) override {
         int N = mb.B * mb.T, C = cfg_.hidden_size;
         auto s = std::make_unique<EmbeddingStash>();
-        s->e = zeros(size_t(N) * C);
-        s->mean.resize(N), s->rstd.resize(N);
-        const Array<int32_t>& pos = positions(mb.B, mb.T);
+        s->e = zeros(size_t(N) * C);              // (N, C), N = B*T
+        s->mean.resize(N), s->rstd.resize(N);     // (N)
+        const Array<int32_t>& pos = positions(mb.B, mb.T);   // (B, T)
         dev::embedding_forward(s->e.data(), mb.dev.input_ids, param(word_), N, C);
         dev::embedding_forward(s->e.data(), pos.data(), param(pos_), N, C);
         dev::embedding_forward(s->e.data(), mb.dev.token_type_ids, param(type_), N, C);
         if (cfg_.use_task_id) dev::embedding_forward(s->e.data(), task_ids(mb), param(task_), N, C);
+        // out (N, C)
         dev::layernorm_forward(out, s->mean.data(), s->rstd.data(), s->e.data(), param(lnw_), param(lnb_), N, C,
                                cfg_.layer_norm_eps);
         dev::dropout_forward(out, out, opt.train ? opt.hidden_dropout : 0.0f, dropout_key(opt, mb, index_, 0), N * C);
@@ -202,17 +206,17 @@ class Embedding : public Layer {
     void backward_input(float*, const float* dout, Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
-        s.dy = zeros(size_t(N) * C);
+        s.dy = zeros(size_t(N) * C);   // (N, C), like dout
         dev::dropout_backward(s.dy.data(), dout, opt.train ? opt.hidden_dropout : 0.0f,
                               dropout_key(opt, mb, index_, 0), N * C);
-        s.de = zeros(size_t(N) * C);
+        s.de = zeros(size_t(N) * C);   // (N, C)
         dev::layernorm_backward(s.de.data(), nullptr, nullptr, s.dy.data(), s.e.data(), param(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
     }
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
-        const Array<int32_t>& pos = positions(mb.B, mb.T);
+        const Array<int32_t>& pos = positions(mb.B, mb.T);   // (B, T)
         dev::layernorm_backward(nullptr, grad(lnw_), grad(lnb_), s.dy.data(), s.e.data(), param(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
         dev::embedding_backward(grad(word_), s.de.data(), mb.dev.input_ids, N, C);
@@ -264,7 +268,7 @@ struct BlockStash : Stash {
 
 class Block : public Layer {
  public:
-    Block(const ModelConfig& cfg, int index) : Layer(index), cfg_(cfg) {
+    Block(const ModelConfig& cfg, int index) : Layer(index), cfg_(cfg), act_(activation(cfg.hidden_act)) {
         int C = cfg.hidden_size, I = cfg.intermediate_size;
         std::string p = "ernie.encoder.layer." + std::to_string(index - 1) + ".";
         wq_ = add_param(p + "attention.self.query.weight", {C, C});
@@ -293,8 +297,8 @@ class Block : public Layer {
         size_t NC = size_t(N) * C, NI = size_t(N) * I;
         float eps = cfg_.layer_norm_eps;
         auto s = std::make_unique<BlockStash>();
-        s->x.assign(in, NC);
-        s->q.resize(NC), s->k.resize(NC), s->v.resize(NC), s->yatt.resize(NC);
+        s->x.assign(in, NC);                                                      // (N, C)
+        s->q.resize(NC), s->k.resize(NC), s->v.resize(NC), s->yatt.resize(NC);    // (N, C) = (B, T, NH, HS)
         s->lse.resize(size_t(B) * NH * T);  // flash attention: no (B, NH, T, T) probabilities kept
         linear_forward(opt, s->q.data(), in, param(wq_), param(bq_), N, C, C);
         linear_forward(opt, s->k.data(), in, param(wk_), param(bk_), N, C, C);
@@ -302,20 +306,21 @@ class Block : public Layer {
         dev::attention_forward_flash(s->yatt.data(), s->lse.data(), s->q.data(), s->k.data(), s->v.data(),
                                      mb.dev.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B,
                                      T, NH, HS);
-        Buf o(NC);
+        Buf o(NC);   // (N, C): the attention's output projection
         linear_forward(opt, o.data(), s->yatt.data(), param(wo_), param(bo_), N, C, C);
         dev::dropout_forward(o.data(), o.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
-        s->r1.resize(NC), s->a.resize(NC), s->mean1.resize(N), s->rstd1.resize(N);
+        s->r1.resize(NC), s->a.resize(NC), s->mean1.resize(N), s->rstd1.resize(N);   // (N, C), (N, C), (N), (N)
         dev::add_forward(s->r1.data(), in, o.data(), int(NC));
         dev::layernorm_forward(s->a.data(), s->mean1.data(), s->rstd1.data(), s->r1.data(), param(ln1w_), param(ln1b_), N, C, eps);
-        s->h.resize(NI), s->g.resize(NI);
+        s->h.resize(NI), s->g.resize(NI);   // (N, I): before and after the activation
         linear_forward(opt, s->h.data(), s->a.data(), param(w1_), param(b1_), N, C, I);
-        act_forward(cfg_.hidden_act, s->g.data(), s->h.data(), int(NI));
+        act_.forward(s->g.data(), s->h.data(), int(NI));
         Buf& f = o;   // reuse: FFN output (N, C)
         linear_forward(opt, f.data(), s->g.data(), param(w2_), param(b2_), N, I, C);
         dev::dropout_forward(f.data(), f.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
-        s->r2.resize(NC), s->mean2.resize(N), s->rstd2.resize(N);
+        s->r2.resize(NC), s->mean2.resize(N), s->rstd2.resize(N);   // (N, C), (N), (N)
         dev::add_forward(s->r2.data(), s->a.data(), f.data(), int(NC));
+        // out (N, C)
         dev::layernorm_forward(out, s->mean2.data(), s->rstd2.data(), s->r2.data(), param(ln2w_), param(ln2b_), N, C, eps);
         return s;
     }
@@ -325,30 +330,30 @@ class Block : public Layer {
         int B = mb.B, T = mb.T, C = cfg_.hidden_size, I = cfg_.intermediate_size, N = B * T;
         int NH = cfg_.num_attention_heads, HS = cfg_.head_size();
         size_t NC = size_t(N) * C, NI = size_t(N) * I;
-        s.dy.assign(dout, NC);
-        Buf dr2 = zeros(NC);
+        s.dy.assign(dout, NC);   // (N, C)
+        Buf dr2 = zeros(NC);     // (N, C)
         dev::layernorm_backward(dr2.data(), nullptr, nullptr, dout, s.r2.data(), param(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
         // FFN branch
-        s.df = zeros(NC);
+        s.df = zeros(NC);        // (N, C)
         dev::dropout_backward(s.df.data(), dr2.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
-        Buf dg = zeros(NI);
+        Buf dg = zeros(NI);      // (N, I)
         linear_backward_input(opt, dg.data(), s.df.data(), param(w2_), N, I, C);
-        s.dh = zeros(NI);
-        act_backward(cfg_.hidden_act, s.dh.data(), s.h.data(), dg.data(), int(NI));
-        s.da = dr2;   // the residual path a → r2
+        s.dh = zeros(NI);        // (N, I)
+        act_.backward(s.dh.data(), s.h.data(), dg.data(), int(NI));
+        s.da = dr2;   // (N, C): the residual path a → r2
         linear_backward_input(opt, s.da.data(), s.dh.data(), param(w1_), N, C, I);
         // attention branch
-        Buf dr1 = zeros(NC);
+        Buf dr1 = zeros(NC);     // (N, C)
         dev::layernorm_backward(dr1.data(), nullptr, nullptr, s.da.data(), s.r1.data(), param(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
-        s.dproj = zeros(NC);
+        s.dproj = zeros(NC);     // (N, C)
         dev::dropout_backward(s.dproj.data(), dr1.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
-        Buf dyatt = zeros(NC);
+        Buf dyatt = zeros(NC);   // (N, C) = (B, T, NH, HS)
         linear_backward_input(opt, dyatt.data(), s.dproj.data(), param(wo_), N, C, C);
-        s.dq = zeros(NC), s.dk = zeros(NC), s.dv = zeros(NC);
+        s.dq = zeros(NC), s.dk = zeros(NC), s.dv = zeros(NC);   // (N, C) each
         dev::attention_backward_flash(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.yatt.data(),
                                       s.lse.data(), s.q.data(), s.k.data(), s.v.data(), mb.dev.attention_mask,
                                       opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B, T, NH, HS);
-        // din += the residual path x → r1, then the three projections, in a fixed order
+        // din (N, C) += the residual path x → r1, then the three projections, in a fixed order
         dev::accumulate(din, dr1.data(), int(NC));
         linear_backward_input(opt, din, s.dq.data(), param(wq_), N, C, C);
         linear_backward_input(opt, din, s.dk.data(), param(wk_), N, C, C);
@@ -372,14 +377,15 @@ class Block : public Layer {
     float p_hid(const RunOptions& o) const { return o.train ? o.hidden_dropout : 0.0f; }
     float p_att(const RunOptions& o) const { return o.train ? o.attention_dropout : 0.0f; }
     ModelConfig cfg_;
+    Activation act_;
     size_t wq_, bq_, wk_, bk_, wv_, bv_, wo_, bo_, ln1w_, ln1b_, w1_, b1_, w2_, b2_, ln2w_, ln2b_;
 };
 
 // pooled (B, C) = tanh(Wp h[b, 0] + bp): the [CLS] row of each sequence through the pooler.
 Buf pool(const RunOptions& opt, const float* h, int B, int T, int C, const float* w, const float* b) {
-    std::vector<int32_t> cls_rows(B);
+    std::vector<int32_t> cls_rows(B);   // (B): row b*T of h (B*T, C) is sequence b's [CLS]
     for (int i = 0; i < B; i++) cls_rows[i] = i * T;
-    Buf cls = gather_rows(h, on_device(cls_rows), C), pre(size_t(B) * C), out(size_t(B) * C);
+    Buf cls = gather_rows(h, on_device(cls_rows), C), pre(size_t(B) * C), out(size_t(B) * C);   // (B, C) each
     linear_forward(opt, pre.data(), cls.data(), w, b, B, C, C);
     dev::tanh_forward(out.data(), pre.data(), B * C);
     return out;
@@ -397,7 +403,7 @@ void write_loss(float* out, double loss_sum) {
 // rows cannot change the loss, and the vocabulary GEMM is the most expensive one in the model.
 class Head : public Layer {
  public:
-    Head(const ModelConfig& cfg, int index) : Layer(index), cfg_(cfg) {
+    Head(const ModelConfig& cfg, int index) : Layer(index), cfg_(cfg), act_(activation(cfg.hidden_act)) {
         int C = cfg.hidden_size;
         wt_ = add_param("cls.predictions.transform.dense.weight", {C, C});
         bt_ = add_param("cls.predictions.transform.dense.bias", {C}, false);
@@ -417,27 +423,27 @@ class Head : public Layer {
 
     std::unique_ptr<Stash> forward(float* out, const float* in, const MicroBatch& mb, const RunOptions& opt) override {
         int C = cfg_.hidden_size, V = cfg_.vocab_size, NT = mb.B * mb.T;
-        auto s = std::make_unique<HeadStash>();
+        auto s = std::make_unique<HeadStash>();   // n = the rows with a target (all with all_logits)
         s->buffers = {&s->h, &s->t, &s->u, &s->z, &s->mean, &s->rstd, &s->logits, &s->dlogits, &s->dz, &s->dt};
         s->activations = {&s->h, &s->t, &s->u, &s->z, &s->logits};
         for (int r = 0; r < NT; r++)
             if (opt.all_logits || mb.targets[r] != kIgnore) s->rows.push_back(r), s->targets.push_back(mb.targets[r]);
         int n = int(s->rows.size());
-        s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);
-        s->h = gather_rows(in, s->rows_dev, C);
-        s->t.resize(size_t(n) * C), s->u.resize(size_t(n) * C), s->z.resize(size_t(n) * C);
-        s->mean.resize(n), s->rstd.resize(n), s->logits.resize(size_t(n) * V);
+        s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);   // (n), (n)
+        s->h = gather_rows(in, s->rows_dev, C);                                      // (n, C) of in (B*T, C)
+        s->t.resize(size_t(n) * C), s->u.resize(size_t(n) * C), s->z.resize(size_t(n) * C);   // (n, C) each
+        s->mean.resize(n), s->rstd.resize(n), s->logits.resize(size_t(n) * V);       // (n), (n), (n, V)
         if (n > 0) {
             linear_forward(opt, s->t.data(), s->h.data(), param(wt_), param(bt_), n, C, C);
-            act_forward(cfg_.hidden_act, s->u.data(), s->t.data(), n * C);
+            act_.forward(s->u.data(), s->t.data(), n * C);
             dev::layernorm_forward(s->z.data(), s->mean.data(), s->rstd.data(), s->u.data(), param(lnw_), param(lnb_), n, C,
                                    cfg_.layer_norm_eps);
             linear_forward(opt, s->logits.data(), s->z.data(), param(emb_), param(bias_), n, C, V);
-            Buf losses(n);
+            Buf losses(n);   // (n)
             dev::crossentropy_forward(losses.data(), s->logits.data(), s->targets_dev.data(), n, V);
             sum_losses(*s, losses);
         }
-        if (opt.all_logits) s->pooled = pool(opt, in, mb.B, mb.T, C, param(pw_), param(pb_));
+        if (opt.all_logits) s->pooled = pool(opt, in, mb.B, mb.T, C, param(pw_), param(pb_));   // (B, C)
         write_loss(out, s->loss_sum);
         return s;
     }
@@ -446,17 +452,17 @@ class Head : public Layer {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, V = cfg_.vocab_size, n = int(s.rows.size());
         if (n == 0) return;
-        s.dlogits = zeros(size_t(n) * V);
+        s.dlogits = zeros(size_t(n) * V);   // (n, V)
         dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, n, V);
-        s.dz = zeros(size_t(n) * C);
+        s.dz = zeros(size_t(n) * C);        // (n, C)
         linear_backward_input(opt, s.dz.data(), s.dlogits.data(), param(emb_), n, C, V);
-        Buf du = zeros(size_t(n) * C);
+        Buf du = zeros(size_t(n) * C);      // (n, C)
         dev::layernorm_backward(du.data(), nullptr, nullptr, s.dz.data(), s.u.data(), param(lnw_), s.mean.data(), s.rstd.data(), n, C);
-        s.dt = zeros(size_t(n) * C);
-        act_backward(cfg_.hidden_act, s.dt.data(), s.t.data(), du.data(), n * C);
-        Buf dh = zeros(size_t(n) * C);
+        s.dt = zeros(size_t(n) * C);        // (n, C)
+        act_.backward(s.dt.data(), s.t.data(), du.data(), n * C);
+        Buf dh = zeros(size_t(n) * C);      // (n, C)
         linear_backward_input(opt, dh.data(), s.dt.data(), param(wt_), n, C, C);
-        dev::embedding_backward(din, dh.data(), s.rows_dev.data(), n, C);   // scatter-add to the (B, T) rows
+        dev::embedding_backward(din, dh.data(), s.rows_dev.data(), n, C);   // din (B*T, C): scatter-add to the rows
     }
 
     void backward_weight(Stash& st, const MicroBatch&, const RunOptions& opt) override {
@@ -470,6 +476,7 @@ class Head : public Layer {
 
  private:
     ModelConfig cfg_;
+    Activation act_;
     size_t wt_, bt_, lnw_, lnb_, bias_, pw_, pb_, emb_;
 };
 
@@ -496,15 +503,15 @@ class ClassifierHead : public Layer {
         s->buffers = {&s->h, &s->t, &s->u, &s->logits, &s->dlogits, &s->dt};
         s->activations = {&s->h, &s->t, &s->u, &s->logits};
         for (int b = 0; b < B; b++) s->rows.push_back(b * mb.T), s->targets.push_back(mb.targets[size_t(b) * mb.T]);
-        s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);
-        s->h = gather_rows(in, s->rows_dev, C);
-        s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);
-        Buf pre(size_t(B) * C);
+        s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);   // (B), (B)
+        s->h = gather_rows(in, s->rows_dev, C);                                      // (B, C) of in (B*T, C)
+        s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);   // (B, C), (B, C), (B, L)
+        Buf pre(size_t(B) * C);   // (B, C): before tanh
         linear_forward(opt, pre.data(), s->h.data(), param(pw_), param(pb_), B, C, C);
         dev::tanh_forward(s->t.data(), pre.data(), B * C);
         dev::dropout_forward(s->u.data(), s->t.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
         linear_forward(opt, s->logits.data(), s->u.data(), param(cw_), param(cb_), B, C, L);
-        Buf losses(B);
+        Buf losses(B);   // (B)
         dev::crossentropy_forward(losses.data(), s->logits.data(), s->targets_dev.data(), B, L);
         sum_losses(*s, losses);
         s->pooled = s->t;
@@ -515,16 +522,16 @@ class ClassifierHead : public Layer {
     void backward_input(float* din, const float*, Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
-        s.dlogits = zeros(size_t(B) * L);
+        s.dlogits = zeros(size_t(B) * L);   // (B, L)
         dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, B, L);
-        Buf du = zeros(size_t(B) * C), dp = zeros(size_t(B) * C);
+        Buf du = zeros(size_t(B) * C), dp = zeros(size_t(B) * C);   // (B, C): after and before dropout
         linear_backward_input(opt, du.data(), s.dlogits.data(), param(cw_), B, C, L);
         dev::dropout_backward(dp.data(), du.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
-        s.dt = zeros(size_t(B) * C);   // gradient before tanh
+        s.dt = zeros(size_t(B) * C);   // (B, C): the gradient before tanh
         dev::tanh_backward(s.dt.data(), s.t.data(), dp.data(), B * C);
-        Buf dh = zeros(size_t(B) * C);
+        Buf dh = zeros(size_t(B) * C);   // (B, C)
         linear_backward_input(opt, dh.data(), s.dt.data(), param(pw_), B, C, C);
-        dev::embedding_backward(din, dh.data(), s.rows_dev.data(), B, C);   // back to the [CLS] rows
+        dev::embedding_backward(din, dh.data(), s.rows_dev.data(), B, C);   // din (B*T, C): back to the [CLS] rows
     }
 
     void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {

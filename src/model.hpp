@@ -122,7 +122,12 @@ const ParamInfo* tied_param(const Layer& layer);
 // Head internals exposed for eval / dumps: the logits of the last forward (rows as computed),
 // and the pooled [CLS] output tanh(Wp h[:, 0] + bp) of each sequence (eval only for MLM).
 struct HeadStash : Stash {
-    Buf h, t, u, z, mean, rstd, logits, dlogits, dz, dt, pooled;
+    // n = the rows computed (the MLM head: those with a target; the classifier: B, one per [CLS])
+    Buf h, t, u, z;           // (n, C): gathered rows, after the dense layer, after the activation, after LN
+    Buf mean, rstd;           // (n)
+    Buf logits, dlogits;      // (n, V) or (B, L)
+    Buf dz, dt;               // (n, C)
+    Buf pooled;               // (B, C)
     std::vector<int32_t> rows, targets;   // which (b, t) rows were computed, and their targets
     Array<int32_t> rows_dev, targets_dev; // the same on the layer's device
     double loss_sum = 0;

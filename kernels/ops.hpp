@@ -52,7 +52,7 @@ void philox_uniforms(float* u, const DropoutKey& key, uint64_t i0, int n);
 // Reference triple loop, kept for tests and the GEMM tutorial (same semantics as gemm).
 void gemm_naive(float* C, const float* A, const float* B, const float* bias,
                 int M, int N, int K, bool transA, bool transB, float alpha, float beta);
-// gemm's register-tile micro-kernel, in order of sophistication (kernels/cpu/gemm.cpp). The
+// gemm's register-tile micro-kernel, in order of sophistication (kernels/cpu/gemm_blocked.cpp). The
 // default is the best this CPU runs, found at run time; PIPETRAIN_GEMM=plain|avx2|avx512 or
 // set_gemm_kernel (for tests and tutorial 01) choose another, for the whole process.
 enum class GemmKernel { plain, avx2, avx512 };

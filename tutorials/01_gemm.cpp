@@ -2,7 +2,7 @@
 //
 // Step 1 checks that the blocked kernel computes the same thing as the textbook loop.
 // Step 2 times them: same arithmetic, very different speed, because the blocked kernel
-// (kernels/cpu/gemm.cpp) packs tiles of A and B into contiguous buffers that stay in cache
+// (kernels/cpu/gemm_blocked.cpp) packs tiles of A and B into contiguous buffers that stay in cache
 // and keeps a tile of C in vector registers while it walks over K. Its micro-kernel comes in
 // three versions, each adding one thing: plain C++ (the compiler vectorises it), AVX2 + FMA
 // intrinsics (a 6 x 16 tile in 12 ymm registers), AVX-512 (14 x 32 in 28 zmm registers).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layering of the code, checked (ctest runs it as `layering`): the lesson (pipeline.hpp,
 # kernels/, the top level of src/) never includes src/formats/ or src/cli/, and the formats never
-# include src/cli/ (src/ernie.* may include three named formats headers). Prints every include that breaks it and exits 1, else one line and 0.
+# include src/cli/ (src/ernie.* may include three named formats headers). Prints every include that
+# breaks it and exits 1, else one line and 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -29,5 +30,6 @@ if [ -n "$hits" ]; then
   bad=1
 fi
 check "src/formats" "src/cli/" src/formats/*
-[ "$bad" = 0 ] && echo "layering: ok (${#lesson[@]} lesson files include no src/formats/ or src/cli/, src/ernie.* only ${ernie_allowed//|/, }; src/formats/ includes no src/cli/)"
+[ "$bad" = 0 ] && echo "layering: ok (${#lesson[@]} lesson files include no src/formats/ or src/cli/," \
+  "src/ernie.* only ${ernie_allowed//|/, }; src/formats/ includes no src/cli/)"
 exit "$bad"

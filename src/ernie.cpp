@@ -425,11 +425,11 @@ void load_weights(const Checkpoint& c, const std::vector<Layer*>& layers, bool s
                                      ": an evaluation of freshly initialised weights would mean nothing"};
     size_t errors = 0;
     for (const Problem& p : problems) errors += p.kind == Problem::error;
+    const std::string dir = std::filesystem::path(c.path).parent_path().string();   // c.path: a file in it
     for (const Problem& p : problems)
         if (p.kind == Problem::error)
             throw std::runtime_error(p.message + (errors > 1 ? " (and " + std::to_string(errors - 1) +
-                                                                   " more problems: pipetrain inspect " +
-                                                                   std::filesystem::path(c.path).parent_path().string() + ")"
+                                                                   " more problems: pipetrain inspect " + dir + ")"
                                                              : ""));
     for (const Problem& p : problems)
         std::cerr << (p.kind == Problem::warning ? "warning: " : "note: ") << p.message << "\n";

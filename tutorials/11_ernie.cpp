@@ -40,7 +40,10 @@ struct Layers {
 };
 static Layers make_layers(const ModelConfig& cfg) {
     Layers m;
-    for (int i = 0; i < num_model_layers(cfg); i++) m.owned.push_back(make_layer(cfg, i)), m.all.push_back(m.owned.back().get());
+    for (int i = 0; i < num_model_layers(cfg); i++) {
+        m.owned.push_back(make_layer(cfg, i));
+        m.all.push_back(m.owned.back().get());
+    }
     return m;
 }
 
@@ -70,7 +73,8 @@ int main() {
             if (model_name.find("encoder.layer.0.") == std::string::npos || shown++ >= 6) continue;
             std::printf("  %-48s → %s%s\n", s.name.c_str(), model_name.c_str(), s.transpose ? "  (transposed)" : "");
         }
-    std::printf("convention %s: %d tensors mapped, %d of them transposed\n", pd.convention.c_str(), tensors, transposes);
+    std::printf("convention %s: %d tensors mapped, %d of them transposed\n", pd.convention.c_str(), tensors,
+                transposes);
     std::printf("look at: q_proj, linear1, norm1 ... become attention.self.query, intermediate.dense,\n"
                 "attention.output.LayerNorm; only Linear weights are transposed, never biases or LayerNorms.\n\n");
 
@@ -129,8 +133,10 @@ int main() {
         for (int v = 0; v < V; v++) best[v] = v;
         std::partial_sort(best.begin(), best.begin() + 5, best.end(), [&](int p, int q) { return row[p] > row[q]; });
         std::printf("[MASK] at position %d, top 5 logits:", t);
-        for (int k = 0; k < 5; k++)
-            std::printf("  %s %.3f", best[k] < int(model_tok.size()) ? model_tok.token(best[k]).c_str() : "?", row[best[k]]);
+        for (int k = 0; k < 5; k++) {
+            std::string piece = best[k] < int(model_tok.size()) ? model_tok.token(best[k]) : "?";   // rows past vocab.txt
+            std::printf("  %s %.3f", piece.c_str(), row[best[k]]);
+        }
         std::printf("\n");
     }
     std::printf("look at: the head's decoder is the word embedding (tied): a guess is the token whose\n"

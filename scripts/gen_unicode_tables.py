@@ -9,7 +9,7 @@ import sys
 import unicodedata as ud
 
 N = 0x110000
-HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3  # decomposed algorithmically in tokenizer.cpp
+HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3  # decomposed algorithmically in src/formats/unicode.cpp
 
 
 def char_class(cp):

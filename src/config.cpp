@@ -1,4 +1,4 @@
-// src/config.cpp — the presets (see config.hpp); config.json is src/formats/config_json.cpp.
+// src/config.cpp — the presets (see config.hpp); config.json ↔ ModelConfig is src/ernie.cpp.
 #include "src/config.hpp"
 
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// src/config.hpp — the model's shape: a preset, or read from config.json (src/formats/config_json.hpp).
+// src/config.hpp — the model's shape: a preset, or read from config.json (src/ernie.hpp maps it).
 #pragma once
 #include <string>
 #include <vector>

@@ -211,8 +211,11 @@ TEST_CASE("10_interleaved_zero_bubble: simulated bubbles equal the formulas") {
     CHECK(formulas[0][0] == doctest::Approx(20.0));   // P = 2, M = 4
 }
 
-TEST_CASE("11_ernie: the fine-tuned classifier beats chance") {
+TEST_CASE("11_ernie: loaded by hand, then the fine-tuned classifier beats chance") {
     Run r = run_tutorial("11_ernie");
+    // Loaded by hand (steps 1-3): the PaddleNLP file and the Hugging Face file are one model.
+    CHECK(has(r.out, "Hugging Face and PaddleNLP files differ in 0 of them"));
+    CHECK(has(r.out, "[MASK] at position 5, top 5 logits:"));
     auto acc = numbers(r.out, R"(done: .* accuracy ([0-9.]+))");
     REQUIRE(acc.size() == 1);
     CHECK(acc[0][0] > 0.6);

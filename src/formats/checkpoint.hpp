@@ -1,12 +1,7 @@
 // src/formats/checkpoint.hpp — model directories: config.json (or PaddleNLP's model_config.json) +
 // vocab.txt + weights, as model.safetensors or as shards listed by model.safetensors.index.json.
-//
-// Two naming conventions are read and written (the model itself uses Hugging Face names):
-//   hf     ErnieForMaskedLM names, Linear weights [out, in], LayerNorm weight/bias or gamma/beta;
-//   paddle PaddleNLP names (encoder.layers.N.self_attn.q_proj, linear1, norm1, ...), every Linear
-//          weight [in, out] — transposed on load and on save.
-// The convention is decided once per checkpoint from its encoder names, never per tensor:
-// ernie.pooler.dense.weight has the same name and a square shape in both.
+// The bytes and the files; what the names and tensors mean (Hugging Face and PaddleNLP names, the
+// transposes, the checks and the copy into the layers) is src/ernie.hpp.
 #pragma once
 #include <map>
 #include <string>
@@ -14,6 +9,7 @@
 
 #include "src/config.hpp"
 #include "src/model.hpp"
+#include "src/ernie.hpp"
 #include "src/formats/safetensors.hpp"
 
 namespace pt {
@@ -26,19 +22,13 @@ namespace pt {
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                     const std::vector<Layer*>& layers, const std::string& format = "hf");
 // The pieces of a model directory, each written atomically into an existing (staging) directory:
-// config.json and vocab.txt; one weights file (the whole model, or one shard of it).
+// config.json and vocab.txt (a weights file, the whole model or one shard of it: write_weights, src/ernie.hpp).
 void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines);
-void write_weights(const std::string& path, const std::vector<Layer*>& layers, const std::string& format = "hf");
 // The same three files written into an existing (staging) directory, each atomically.
 void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                        const std::vector<Layer*>& layers, const std::string& format = "hf");
 
-// Fills the parameters of `layers` from the checkpoint in dir. A missing or mis-shaped tensor
-// is a one-line error naming it with the expected and found shapes; unexpected tensors are
-// listed on stderr as a warning (an error when strict). Missing optional parameters keep their
-// values (one note line on stderr), unless !fresh_ok: evaluating a classifier without its head.
-// `partial`: the layers are one pipeline rank's part of the model, so the tensors of the other
-// parts are expected, not reported.
+// open_checkpoint(dir), then load_weights of src/ernie.hpp: checked, then copied into `layers`.
 void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false, bool fresh_ok = true,
                   bool partial = false);
 
@@ -61,40 +51,10 @@ std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelCon
 
 // ---- the pieces, for `pipetrain inspect` and tests -------------------------------------------
 
-// A checkpoint's tensors and where each one goes in the model.
-struct Checkpoint {
-    std::string path;                 // model.safetensors or the index: names the checkpoint in errors
-    std::string convention;           // "hf" or "paddle"
-    std::vector<st::File> files;      // one, or the shards in index order
-    struct Source {
-        int file;                     // index into files
-        std::string name;             // name in the file
-        bool transpose;               // Paddle Linear weight: [in, out] in the file
-    };
-    std::map<std::string, std::vector<Source>> by_model_name;   // several: aliases (tied decoder)
-};
-
 // Reads and validates the weight files of dir: a missing shard, a tensor in another shard than
-// the index says, or names mixing both conventions is a one-line error.
+// the index says, or names mixing both conventions (map_checkpoint) is a one-line error.
 Checkpoint open_checkpoint(const std::string& dir);
 // The same for one .safetensors file.
 Checkpoint open_checkpoint_file(const std::string& path);
-
-// The model name of a tensor name in a checkpoint of that convention ("" = ignored), and
-// whether its data is transposed. And back: the name a model parameter is saved under.
-std::string to_model_name(const std::string& file_name, bool paddle, bool* transpose);
-std::string to_file_name(const std::string& model_name, bool paddle, bool* transpose);
-
-// Every problem loading `ckpt` into `layers` would hit, in model order: errors first-class,
-// warnings (unexpected tensors; errors when strict) and notes (optional parameters kept).
-struct Problem {
-    enum Kind { error, warning, note } kind;
-    std::string message;
-};
-std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict,
-                                      bool partial = false);
-
-std::string shape_str(const std::vector<int64_t>& shape);   // "[3, 16]"
-
 
 }  // namespace pt

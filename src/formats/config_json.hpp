@@ -1,19 +1,15 @@
-// src/formats/config_json.hpp — the model's shape as Hugging Face's config.json (and PaddleNLP's
-// model_config.json), read strictly and written with every key.
+// src/formats/config_json.hpp — config.json (and PaddleNLP's model_config.json) read from a file or a
+// string; the key-by-key map to ModelConfig, check_config and config_to_json are in src/ernie.hpp.
 #pragma once
 #include <string>
 
 #include "src/config.hpp"
+#include "src/ernie.hpp"
 
 namespace pt {
 
-// Throws a one-line error naming `source` when the shape is impossible.
-void check_config(const ModelConfig& c, const std::string& source);
-
-// Reads config.json. Keys that decide the shape must be present: Hugging Face and PaddleNLP
-// defaults differ, so a missing one is an error, never a silent default.
+// Parses strictly (NaN, which Python's json.dump writes, is not JSON), then config_from_json.
 ModelConfig config_from_json_file(const std::string& path);
 ModelConfig config_from_json_string(const std::string& text, const std::string& source);
-std::string config_to_json(const ModelConfig& c);   // every key written out, Hugging Face names
 
 }  // namespace pt

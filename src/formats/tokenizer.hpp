@@ -4,17 +4,9 @@
 //
 // Not here: fast (Rust) tokenizer quirks, NFKC, byte-level BPE, offsets mapping.
 //
-// The algorithm, step by step (tests/fixtures/tokenizer/README.md has the long version):
-//   0. cut out the literal special tokens [CLS] [SEP] [PAD] [MASK] [UNK] (case-sensitive);
-//   1. drop U+0000, U+FFFD and every C* code point except TAB/LF/CR; those and Zs are spaces;
-//   2. put spaces around CJK ideographs;  3. split on spaces, U+2028, U+2029;
-//   4. lowercase each code point on its own, NFD, drop Mn;  5. split off punctuation;
-//   6. WordPiece: longest vocab prefix first, `##` on continuations; a piece longer than 100
-//      code points, or one that cannot be covered, becomes a single [UNK].
-//
-// Input is UTF-8. Invalid UTF-8 (overlong forms, surrogates, > U+10FFFF, truncated or stray
-// bytes) is rejected, never repaired: tokenize() throws std::runtime_error
-// "invalid UTF-8 at byte N (...)": N is the 0-based offset where the bad sequence starts.
+// The algorithm, steps 0-6, is in src/ernie.hpp (tests/fixtures/tokenizer/README.md has the long
+// version). Input is UTF-8; invalid UTF-8 is rejected, never repaired: tokenize() throws
+// std::runtime_error "invalid UTF-8 at byte N (...)": N is the 0-based offset where the bad sequence starts.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +14,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "src/ernie.hpp"   // the rules: basic_tokenize, wordpiece, is_cjk
 
 namespace pt {
 
@@ -55,17 +49,11 @@ class Tokenizer {
     size_t size() const { return id_to_token_.size(); }  // number of ids (= number of lines)
 
   private:
-    void wordpiece(std::vector<std::string>& out, const std::string& piece) const;
-
     std::string source_name_;
     std::vector<std::string> id_to_token_;  // (V,)
     std::unordered_map<std::string, int32_t> token_to_id_;
     int32_t unk_id_ = -1;
 };
-
-// BERT's _is_chinese_char: the code point is in one of its CJK ranges (each becomes a token).
-// Cleaning drops unassigned code points before this is asked, so tests ask it directly.
-bool is_cjk(char32_t c);
 
 // An ERNIE-style vocab from a corpus: [PAD] [CLS] [SEP] [MASK] [UNK] at ids 0-4, then every CJK
 // character, then single-character pieces (`x`, `##x`), then whole words and `##` suffixes of

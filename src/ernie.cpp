@@ -1,0 +1,595 @@
+// src/ernie.cpp — ERNIE in one room (see ernie.hpp): the config map, the Hugging Face ↔ PaddleNLP
+// names, the weights in and out of the layers, the tokenizer's rules. Sections in the header's order.
+#include "src/ernie.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <stdexcept>
+
+// The formats layer's error helper and Unicode queries (scripts/check_layering.sh allows these two).
+#include "src/formats/io.hpp"
+#include "src/formats/unicode.hpp"
+
+namespace pt {
+
+using nlohmann::json;
+
+// ---- 1. config.json ↔ ModelConfig ----------------------------------------------------------
+
+void check_config(const ModelConfig& c, const std::string& source) {
+    // fail() keeps the message one line: hidden_act is quoted as the file holds it, "\n" included.
+    auto bad = [&](const std::string& what) { fail(source, what); };
+    if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_hidden_layers <= 0 || c.num_attention_heads <= 0 ||
+        c.intermediate_size <= 0 || c.max_position_embeddings <= 0 || c.type_vocab_size <= 0)
+        bad("sizes must be positive (vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "
+            "intermediate_size, max_position_embeddings, type_vocab_size)");
+    // Every table is indexed with 32-bit element counts, and a model of more than 1024 blocks is a
+    // typo here, not a model.
+    if (c.num_hidden_layers > 1024) bad("num_hidden_layers " + std::to_string(c.num_hidden_layers) + " is above 1024");
+    for (auto [key, rows] : {std::pair{"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_position_embeddings},
+                             {"type_vocab_size", c.type_vocab_size}, {"task_type_vocab_size", c.task_type_vocab_size},
+                             {"intermediate_size", c.intermediate_size}, {"hidden_size", c.hidden_size}, {"num_labels", c.num_labels}})
+        if (int64_t(rows) * c.hidden_size > INT32_MAX)
+            bad(std::string(key) + " " + std::to_string(rows) + " × hidden_size " + std::to_string(c.hidden_size) +
+                " is more than 2^31 elements");
+    if (c.hidden_size % c.num_attention_heads != 0)
+        bad("hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
+            std::to_string(c.num_attention_heads));
+    if (c.hidden_act != "gelu" && c.hidden_act != "relu")
+        bad("hidden_act must be \"gelu\" or \"relu\", got \"" + c.hidden_act + "\"");
+    if (c.use_task_id && c.task_type_vocab_size <= 0) bad("use_task_id needs task_type_vocab_size > 0");
+    if (c.pad_token_id < 0 || c.pad_token_id >= c.vocab_size) bad("pad_token_id out of range");
+    if (!(c.layer_norm_eps > 0)) bad("layer_norm_eps must be > 0");
+    if (c.num_labels < 0 || c.num_labels == 1) bad("num_labels must be 0 (no classifier) or at least 2");
+    // As --labels: a saved config.json names every label twice (id2label, label2id).
+    if (c.num_labels > 1 << 20) bad("num_labels " + std::to_string(c.num_labels) + " is above 1048576");
+    for (float p : {c.hidden_dropout_prob, c.attention_probs_dropout_prob})
+        if (!(p >= 0 && p < 1)) bad("dropout probabilities must be in [0, 1)");
+}
+
+namespace {
+
+// PaddleNLP <= 2.4 wrote model_config.json as the constructor call that built the model:
+// {"init_args": [{...ErnieModel's arguments..., "init_class": "ErnieModel"}], "init_class":
+// "ErnieForMaskedLM", "num_classes": 2}. Flattens it; an outer key wins over an inner one.
+json flatten_init_args(const json& j, const std::string& source) {
+    json flat = json::object();
+    for (const json* cur = &j; cur && cur->is_object();) {
+        for (const auto& [k, v] : cur->items())
+            if (k != "init_args" && k != "init_class" && !flat.contains(k)) flat[k] = v;
+        if (!cur->contains("init_args")) break;
+        const json& args = (*cur)["init_args"];
+        if (!args.is_array()) throw std::runtime_error(source + ": \"init_args\" must be a list");
+        cur = !args.empty() && args[0].is_object() ? &args[0] : nullptr;
+    }
+    // Those files hold only the arguments given to ErnieModel(...); the rest are that one
+    // class's fixed defaults. Its init_weights set every LayerNorm epsilon to 1e-12, and it
+    // had task ids off unless asked.
+    const json defaults = {{"hidden_size", 768}, {"num_hidden_layers", 12}, {"num_attention_heads", 12},
+                           {"intermediate_size", 3072}, {"hidden_act", "gelu"}, {"max_position_embeddings", 512},
+                           {"type_vocab_size", 2}, {"task_type_vocab_size", 3}, {"use_task_id", false},
+                           {"layer_norm_eps", 1e-12}};
+    for (const auto& [k, v] : defaults.items())
+        if (!flat.contains(k)) flat[k] = v;
+    return flat;
+}
+
+}  // namespace
+
+// Keys are Hugging Face's; PaddleNLP's config.json uses the same names. Defaults, and why:
+// - shape keys (sizes, hidden_act) are required, as before;
+// - use_task_id is required: Hugging Face defaults it to false, PaddleNLP's ErnieConfig to true;
+// - layer_norm_eps defaults to 1e-12: both ErnieConfig classes (and old PaddleNLP) use 1e-12;
+// - dropouts default to 0.1 and pad_token_id to 0, equal in both;
+// - num_labels: "num_labels", else Paddle's "num_classes", else for an
+//   *ForSequenceClassification architecture the size of "id2label" (absent means 2: Hugging
+//   Face omits it when it equals the default), else 0 (no classifier).
+namespace {
+// "architectures": ["ErnieForSequenceClassification"]: a classifier, even without num_labels.
+bool names_a_classifier(const json& j) {
+    bool classifier = false;
+    if (j.contains("architectures") && j["architectures"].is_array())
+        for (const json& a : j["architectures"])
+            classifier |= a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos;
+    return classifier;
+}
+}  // namespace
+
+ModelConfig config_from_json(json j, const std::string& source) {
+    if (!j.is_object()) throw std::runtime_error(source + ": not a JSON object");
+    if (j.contains("init_args")) j = flatten_init_args(j, source);
+    ModelConfig c;
+    auto get_int = [&](const char* key, int& out, bool required) {
+        if (!j.contains(key)) {
+            if (required) throw std::runtime_error(source + ": missing key \"" + key + "\"");
+            return;
+        }
+        const json& v = j[key];
+        if (!v.is_number_integer()) throw std::runtime_error(source + ": \"" + key + "\" must be an integer");
+        if (v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX : v.get<int64_t>() < INT32_MIN)
+            throw std::runtime_error(source + ": \"" + key + "\" " + v.dump() + " is out of range");
+        out = v.get<int>();
+    };
+    auto get_float = [&](const char* key, float& out) {
+        if (!j.contains(key)) return;
+        if (!j[key].is_number()) throw std::runtime_error(source + ": \"" + key + "\" must be a number");
+        // Beyond FLT_MAX the conversion is undefined (in practice inf, which check() would pass and
+        // config_to_json() would save as null).
+        const double v = j[key].get<double>();
+        if (!(std::fabs(v) <= FLT_MAX))
+            throw std::runtime_error(source + ": \"" + key + "\" " + j[key].dump() + " is out of range for float32");
+        out = float(v);
+    };
+    get_int("vocab_size", c.vocab_size, true);
+    get_int("hidden_size", c.hidden_size, true);
+    get_int("num_hidden_layers", c.num_hidden_layers, true);
+    get_int("num_attention_heads", c.num_attention_heads, true);
+    get_int("intermediate_size", c.intermediate_size, true);
+    get_int("max_position_embeddings", c.max_position_embeddings, true);
+    get_int("type_vocab_size", c.type_vocab_size, true);
+    get_int("pad_token_id", c.pad_token_id, false);
+    if (!j.contains("hidden_act") || !j["hidden_act"].is_string())
+        throw std::runtime_error(source + ": missing key \"hidden_act\" (string)");
+    c.hidden_act = j["hidden_act"].get<std::string>();
+    if (!j.contains("use_task_id"))
+        throw std::runtime_error(source + ": missing key \"use_task_id\" (Hugging Face defaults it to false, "
+                                 "PaddleNLP to true: write it out)");
+    if (!j["use_task_id"].is_boolean()) throw std::runtime_error(source + ": \"use_task_id\" must be true/false");
+    c.use_task_id = j["use_task_id"].get<bool>();
+    get_int("task_type_vocab_size", c.task_type_vocab_size, c.use_task_id);
+    get_float("layer_norm_eps", c.layer_norm_eps);
+    get_float("hidden_dropout_prob", c.hidden_dropout_prob);
+    get_float("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+    if (j.contains("is_decoder")) {
+        if (!j["is_decoder"].is_boolean()) throw std::runtime_error(source + ": \"is_decoder\" must be true/false");
+        c.is_decoder = j["is_decoder"].get<bool>();
+    }
+    if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
+        throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
+    if (j.contains("num_labels")) get_int("num_labels", c.num_labels, true);
+    else if (j.contains("num_classes")) get_int("num_classes", c.num_labels, true);
+    else if (names_a_classifier(j)) c.num_labels = j.contains("id2label") ? int(j["id2label"].size()) : 2;
+    check_config(c, source);
+    return c;
+}
+
+namespace {
+// The shortest decimal that reads back as f: 1e-05 is written "1e-05", not 9.999999747378752e-06.
+double shortest(float f) {
+    char buf[32];
+    for (int digits = 1; digits < 9; digits++) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, double(f));
+        if (std::strtof(buf, nullptr) == f) break;
+    }
+    return std::strtod(buf, nullptr);
+}
+}  // namespace
+
+std::string config_to_json(const ModelConfig& c) {
+    const char* arch = c.num_labels > 0 ? "ErnieForSequenceClassification" : c.is_decoder ? "ErnieForCausalLM" : "ErnieForMaskedLM";
+    json j = {{"architectures", {arch}}, {"is_decoder", c.is_decoder},
+              {"model_type", "ernie"}, {"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+              {"num_hidden_layers", c.num_hidden_layers}, {"num_attention_heads", c.num_attention_heads},
+              {"intermediate_size", c.intermediate_size}, {"hidden_act", c.hidden_act},
+              {"max_position_embeddings", c.max_position_embeddings}, {"type_vocab_size", c.type_vocab_size},
+              {"task_type_vocab_size", c.task_type_vocab_size}, {"use_task_id", c.use_task_id},
+              {"layer_norm_eps", shortest(c.layer_norm_eps)}, {"pad_token_id", c.pad_token_id},
+              {"hidden_dropout_prob", shortest(c.hidden_dropout_prob)}, {"attention_probs_dropout_prob", shortest(c.attention_probs_dropout_prob)},
+              {"initializer_range", 0.02}, {"position_embedding_type", "absolute"}};
+    for (int i = 0; i < c.num_labels; i++) {
+        j["id2label"][std::to_string(i)] = "LABEL_" + std::to_string(i);
+        j["label2id"]["LABEL_" + std::to_string(i)] = i;
+    }
+    return j.dump(2) + "\n";
+}
+
+// ---- 2. names: Hugging Face ↔ PaddleNLP ----------------------------------------------------
+
+namespace {
+
+const char* const kWordEmbedding = "ernie.embeddings.word_embeddings.weight";
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// Hugging Face ↔ PaddleNLP renames, as name prefixes. `linear`: a Linear layer, whose weight
+// PaddleNLP stores as [in, out].
+struct Rename {
+    const char* hf;
+    const char* paddle;
+    bool linear;
+};
+// After "ernie.encoder.layer.N." (HF) / "ernie.encoder.layers.N." (Paddle).
+const Rename kLayerRenames[] = {
+    {"attention.self.query.", "self_attn.q_proj.", true},   {"attention.self.key.", "self_attn.k_proj.", true},
+    {"attention.self.value.", "self_attn.v_proj.", true},   {"attention.output.dense.", "self_attn.out_proj.", true},
+    {"attention.output.LayerNorm.", "norm1.", false},       {"intermediate.dense.", "linear1.", true},
+    {"output.dense.", "linear2.", true},                    {"output.LayerNorm.", "norm2.", false},
+};
+const Rename kTopRenames[] = {
+    {"ernie.embeddings.LayerNorm.", "ernie.embeddings.layer_norm.", false},
+    {"ernie.pooler.dense.", "ernie.pooler.dense.", true},   // same name, different layout: the pitfall
+    {"cls.predictions.transform.dense.", "cls.predictions.transform.", true},
+    {"cls.predictions.transform.LayerNorm.", "cls.predictions.layer_norm.", false},
+    {"cls.predictions.bias", "cls.predictions.decoder_bias", false},
+    {"classifier.", "classifier.", true},
+};
+
+// `transpose`: the tensor is a Linear weight, stored [in, out] by PaddleNLP.
+std::string rename(const std::string& name, bool to_hf, bool* transpose) {
+    *transpose = false;
+    const std::string from_layer = to_hf ? "ernie.encoder.layers." : "ernie.encoder.layer.";
+    const std::string to_layer = to_hf ? "ernie.encoder.layer." : "ernie.encoder.layers.";
+    std::string head, rest = name;
+    const Rename* rules = kTopRenames;
+    size_t n = std::size(kTopRenames);
+    if (starts_with(name, from_layer)) {
+        size_t dot = name.find('.', from_layer.size());
+        if (dot == std::string::npos) return name;
+        head = to_layer + name.substr(from_layer.size(), dot + 1 - from_layer.size());
+        rest = name.substr(dot + 1);
+        rules = kLayerRenames, n = std::size(kLayerRenames);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char* from = to_hf ? rules[i].paddle : rules[i].hf;
+        if (starts_with(rest, from)) {
+            *transpose = rules[i].linear && ends_with(rest, ".weight");
+            return head + (to_hf ? rules[i].hf : rules[i].paddle) + rest.substr(std::strlen(from));
+        }
+    }
+    return head + rest;   // unknown: kept, and reported as unexpected if the model has no such name
+}
+
+// Name fragments only one convention uses. A checkpoint is Paddle if it has any of the first.
+const char* const kPaddleMarks[] = {"encoder.layers.", ".self_attn.", "embeddings.layer_norm.",
+                                    "cls.predictions.layer_norm.", "cls.predictions.decoder_bias"};
+const char* const kHfMarks[] = {"encoder.layer.", ".attention.self.", "embeddings.LayerNorm.",
+                                "cls.predictions.transform.dense.", "cls.predictions.transform.LayerNorm."};
+
+}  // namespace
+
+// (rows, cols) → (cols, rows): a Linear weight between PaddleNLP's [in, out] and our [out, in].
+std::vector<float> transposed(const float* x, size_t rows, size_t cols) {
+    std::vector<float> out(rows * cols);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) out[c * rows + r] = x[r * cols + c];
+    return out;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+std::string to_model_name(const std::string& file_name, bool paddle, bool* transpose) {
+    *transpose = false;
+    if (ends_with(file_name, "position_ids")) return "";   // a buffer (0..max_pos-1), not a parameter
+    std::string n = file_name;
+    for (const char* bare : {"embeddings.", "encoder.", "pooler."})   // a bare ErnieModel's state dict
+        if (starts_with(n, bare)) n = "ernie." + n;
+    if (ends_with(n, ".gamma")) n = n.substr(0, n.size() - 6) + ".weight";   // old LayerNorm names
+    if (ends_with(n, ".beta")) n = n.substr(0, n.size() - 5) + ".bias";
+    // The decoder is tied to the word embedding: a stored copy is an alias that must equal it.
+    if (n == "cls.predictions.decoder.weight" || n == "cls.predictions.decoder_weight") return kWordEmbedding;
+    if (n == "cls.predictions.decoder.bias") return "cls.predictions.bias";
+    return paddle ? rename(n, true, transpose) : n;
+}
+
+std::string to_file_name(const std::string& model_name, bool paddle, bool* transpose) {
+    *transpose = false;
+    return paddle ? rename(model_name, false, transpose) : model_name;
+}
+
+Checkpoint map_checkpoint(const std::string& path, std::vector<st::File> files) {
+    Checkpoint c;
+    c.path = path;
+    c.files = std::move(files);
+    std::string hf, paddle;   // the first name of each convention
+    for (const st::File& f : c.files)
+        for (const st::TensorInfo& t : f.tensors) {
+            for (const char* m : kHfMarks)
+                if (hf.empty() && t.name.find(m) != std::string::npos) hf = t.name;
+            for (const char* m : kPaddleMarks)
+                if (paddle.empty() && t.name.find(m) != std::string::npos) paddle = t.name;
+        }
+    if (!hf.empty() && !paddle.empty())
+        fail(path, "mixes Hugging Face names (" + hf + ") and PaddleNLP names (" + paddle +
+                       "); a checkpoint must use one convention");
+    c.convention = paddle.empty() ? "hf" : "paddle";
+    for (size_t i = 0; i < c.files.size(); i++)
+        for (const st::TensorInfo& t : c.files[i].tensors) {
+            bool transpose = false;
+            std::string m = to_model_name(t.name, !paddle.empty(), &transpose);
+            if (!m.empty()) c.by_model_name[m].push_back({int(i), t.name, transpose});
+        }
+    return c;
+}
+
+// ---- 3. weights into the model's layers, and out of them -----------------------------------
+
+namespace {
+
+std::vector<int64_t> reversed(std::vector<int64_t> v) {
+    std::reverse(v.begin(), v.end());
+    return v;
+}
+
+bool is_float(const std::string& dtype) {
+    return dtype == "F32" || dtype == "F64" || dtype == "F16" || dtype == "BF16";
+}
+
+// A source tensor as float32 in the model's layout ([out, in] for Linear weights).
+std::vector<float> read_source(const Checkpoint& c, const Checkpoint::Source& s) {
+    const st::File& f = c.files[s.file];
+    std::vector<float> v = f.to_f32(s.name);
+    if (!s.transpose) return v;
+    const std::vector<int64_t>& shape = f.find(s.name)->shape;   // [in, out], checked to be 2-D
+    return transposed(v.data(), size_t(shape[0]), size_t(shape[1]));
+}
+
+std::string join(const std::vector<std::string>& names, size_t max_names) {
+    std::string s;
+    for (size_t i = 0; i < names.size() && i < max_names; i++) s += (i ? ", " : "") + names[i];
+    if (names.size() > max_names) s += ", ... (" + std::to_string(names.size()) + " in all)";
+    return s;
+}
+
+// The part of the model a parameter name belongs to: 0 the embedding, 1 + N block N, -1 the head
+// (pooler, MLM head, classifier). Enough to tell a tensor of another rank's layers from a stray one.
+int part_of(const std::string& model_name) {
+    const std::string block = "ernie.encoder.layer.";
+    if (model_name.rfind("ernie.embeddings.", 0) == 0) return 0;
+    if (model_name.rfind(block, 0) == 0) return 1 + std::atoi(model_name.c_str() + block.size());
+    return -1;
+}
+}  // namespace
+
+std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool partial) {
+    std::vector<Problem> out;
+    std::set<int> parts;   // with `partial`, only tensors of these parts can be unexpected
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) parts.insert(part_of(p.name));
+    auto error = [&](const std::string& msg) { out.push_back({Problem::error, msg}); };
+    bool paddle = c.convention == "paddle", has_embedding = false;
+    std::set<std::string> used;
+    std::vector<std::string> kept;
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            std::string m = p.tied ? kWordEmbedding : p.name;
+            has_embedding |= p.name == kWordEmbedding;
+            if (!used.insert(m).second) continue;   // the tied copy: checked with the word embedding
+            bool transpose = false;
+            std::string file_name = to_file_name(m, paddle, &transpose);
+            auto it = c.by_model_name.find(m);
+            if (it == c.by_model_name.end()) {
+                if (p.optional) kept.push_back(file_name);
+                else error(c.path + ": missing tensor " + file_name + " (expected shape " +
+                           shape_str(transpose ? reversed(p.shape) : p.shape) + ")");
+                continue;
+            }
+            const std::vector<Checkpoint::Source>& sources = it->second;
+            size_t errors = out.size();
+            for (const Checkpoint::Source& s : sources) {
+                const st::File& f = c.files[s.file];
+                const st::TensorInfo& t = *f.find(s.name);
+                std::vector<int64_t> want = s.transpose ? reversed(p.shape) : p.shape;
+                if (!is_float(t.dtype))
+                    error(f.path + ": tensor " + s.name + " has dtype " + t.dtype + ", expected F32 (F64, F16, BF16)");
+                else if (t.shape != want)
+                    error(f.path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " +
+                          shape_str(want) + (s.transpose ? " (PaddleNLP [in, out] layout)" : ""));
+            }
+            if (out.size() > errors || sources.size() < 2) continue;
+            // Aliases (a stored decoder, weight and gamma side by side) must hold the same numbers.
+            std::vector<float> first = read_source(c, sources[0]);
+            for (size_t k = 1; k < sources.size(); k++)
+                if (read_source(c, sources[k]) != first)
+                    error(c.files[sources[k].file].path + ": " + sources[k].name + " differs from " + sources[0].name +
+                          ", though both are " + m + (m == kWordEmbedding ? " (the decoder is tied to it)" : ""));
+        }
+    std::vector<std::string> unexpected;
+    for (const st::File& f : c.files)
+        for (const st::TensorInfo& t : f.tensors) {
+            bool transpose = false;
+            std::string m = to_model_name(t.name, paddle, &transpose);
+            if (m.empty() || used.count(m) || (partial && !parts.count(part_of(m)))) continue;
+            // Not a mere leftover: ignoring a task embedding changes every output.
+            if (has_embedding && m == "ernie.embeddings.task_type_embeddings.weight")
+                error(f.path + ": holds " + t.name + " but the config has use_task_id false (it would be ignored)");
+            else unexpected.push_back(t.name);
+        }
+    if (!unexpected.empty())
+        out.push_back({strict ? Problem::error : Problem::warning,
+                       c.path + ": unexpected tensors, not used by the model: " + join(unexpected, 8)});
+    if (!kept.empty())
+        out.push_back({Problem::note, c.path + ": no " + join(kept, 8) + "; keeping their initial values"});
+    return out;
+}
+
+void load_weights(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool fresh_ok, bool partial) {
+    std::vector<Problem> problems = check_checkpoint(c, layers, strict, partial);
+    for (Problem& p : problems)
+        if (p.kind == Problem::note && !fresh_ok)
+            p = {Problem::error, p.message.substr(0, p.message.find("; keeping")) +
+                                     ": an evaluation of freshly initialised weights would mean nothing"};
+    size_t errors = 0;
+    for (const Problem& p : problems) errors += p.kind == Problem::error;
+    const std::string dir = std::filesystem::path(c.path).parent_path().string();   // c.path: a file in it
+    for (const Problem& p : problems)
+        if (p.kind == Problem::error)
+            throw std::runtime_error(p.message + (errors > 1 ? " (and " + std::to_string(errors - 1) +
+                                                                   " more problems: pipetrain inspect " + dir + ")"
+                                                             : ""));
+    for (const Problem& p : problems)
+        std::cerr << (p.kind == Problem::warning ? "warning: " : "note: ") << p.message << "\n";
+    for (Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            auto it = c.by_model_name.find(p.tied ? kWordEmbedding : p.name);
+            if (it == c.by_model_name.end()) continue;   // optional: keeps its initial values
+            std::vector<float> v = read_source(c, it->second[0]);
+            for (float x : v)   // would surface as a "diverged" training or a NaN loss, far from here
+                if (!std::isfinite(x)) fail(c.path, it->second[0].name + " holds NaN or infinite values");
+            std::copy(v.begin(), v.end(), l->params.begin() + long(p.offset));
+        }
+}
+
+void write_weights(const std::string& path, const std::vector<Layer*>& layers, const std::string& format) {
+    if (format != "hf" && format != "paddle")
+        throw std::runtime_error("--format: expected hf or paddle, got \"" + format + "\"");
+    bool paddle = format == "paddle";
+    st::Writer w;
+    w.metadata["format"] = paddle ? "np" : "pt";   // what PaddleNLP's and transformers' writers put there
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            if (p.tied) continue;
+            bool transpose = false;
+            std::string name = to_file_name(p.name, paddle, &transpose);
+            const float* src = l->params.data() + p.offset;
+            if (transpose) w.add_f32(name, reversed(p.shape), transposed(src, size_t(p.shape[0]), size_t(p.shape[1])).data());
+            else w.add_f32(name, p.shape, src);
+        }
+    w.write(path);
+}
+
+// ---- 4. the tokenizer's rules ---------------------------------------------------------------
+
+namespace {
+
+const char* const kSpecialTokens[] = {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"};
+
+// BERT counts every non-alphanumeric printable ASCII character as punctuation ($ + < = > ^ ` | ~).
+bool is_punct(char32_t c) {
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126) ||
+           char_category(c) == CharCategory::punct;
+}
+
+// Step 4 for one word: lowercase each code point alone, NFD, drop Mn (the accents).
+std::u32string normalize_word(const std::u32string& word) {
+    std::u32string lower, out;
+    for (char32_t c : word) append_lower(lower, c);
+    for (char32_t c : nfd(lower))
+        if (char_category(c) != CharCategory::mark) out += c;
+    return out;
+}
+
+// Steps 4-5 for one whitespace-separated word: normalize, then split off punctuation.
+void split_word(std::vector<std::string>& out, const std::u32string& word) {
+    std::string piece;
+    auto flush = [&] {
+        if (!piece.empty()) out.push_back(std::move(piece));
+        piece.clear();
+    };
+    for (char32_t c : normalize_word(word)) {
+        bool punct = is_punct(c);
+        if (punct) flush();   // a punctuation mark is a piece of its own
+        append_utf8(piece, c);
+        if (punct) flush();
+    }
+    flush();
+}
+
+// Steps 1-3 in one pass: clean, isolate CJK ideographs, split on whitespace.
+void basic_split(std::vector<std::string>& out, std::u32string_view text) {
+    std::u32string word;
+    auto flush = [&] {
+        if (!word.empty()) split_word(out, word);
+        word.clear();
+    };
+    for (char32_t c : text) {
+        if (c == 0 || c == 0xFFFD) continue;
+        CharCategory cls = char_category(c);
+        bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || cls == CharCategory::space || c == 0x2028 ||
+                     c == 0x2029;  // Zl and Zp survive cleaning; str.split() splits on them
+        if (space) {
+            flush();
+            continue;
+        }
+        if (cls == CharCategory::other) continue;
+        if (is_cjk(c)) {
+            flush();
+            word = c;
+            flush();
+            continue;
+        }
+        word += c;
+    }
+    flush();
+}
+
+}  // namespace
+
+// The BERT "Chinese character" ranges: CJK Unified Ideographs (+ Ext A-E) and compatibility ones.
+bool is_cjk(char32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) ||
+           (c >= 0x2B820 && c <= 0x2CEAF) || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+// Steps 0-5: special tokens stay whole; the text between them goes through basic_split.
+std::vector<std::string> basic_tokenize(std::string_view utf8) {
+    std::u32string text = decode_utf8(utf8);
+    std::vector<std::string> out;
+    size_t start = 0;  // start of the text not yet tokenized
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '[') continue;
+        for (const char* special : kSpecialTokens) {
+            size_t n = std::strlen(special);
+            if (text.compare(i, n, std::u32string(special, special + n)) != 0) continue;
+            basic_split(out, std::u32string_view(text).substr(start, i - start));
+            out.emplace_back(special);
+            start = i + n;
+            i = start - 1;
+            break;
+        }
+    }
+    basic_split(out, std::u32string_view(text).substr(start));
+    return out;
+}
+
+bool is_special_token(const std::string& token) {
+    for (const char* special : kSpecialTokens)
+        if (token == special) return true;
+    return false;
+}
+
+void wordpiece(std::vector<std::string>& out, const std::string& piece,
+               const std::unordered_map<std::string, int32_t>& vocab) {
+    std::vector<size_t> bounds;  // byte offset of every code point, and the end
+    for (size_t i = 0; i <= piece.size(); ++i)
+        if (i == piece.size() || (piece[i] & 0xC0) != 0x80) bounds.push_back(i);
+    size_t first = out.size(), start = 0, n = bounds.size() - 1;   // n code points
+    if (n > kMaxCharsPerWord) {
+        out.emplace_back("[UNK]");
+        return;
+    }
+    while (start < n) {
+        size_t end = n;
+        for (; end > start; --end) {
+            std::string candidate =
+                (start > 0 ? "##" : "") + piece.substr(bounds[start], bounds[end] - bounds[start]);
+            if (vocab.count(candidate)) {
+                out.push_back(std::move(candidate));
+                break;
+            }
+        }
+        if (end == start) {  // nothing matches here: the whole piece is unknown
+            out.resize(first);
+            out.emplace_back("[UNK]");
+            return;
+        }
+        start = end;
+    }
+}
+
+}  // namespace pt

@@ -84,6 +84,24 @@ TEST_CASE("every generator is valid and runs backward work in increasing micro-b
     });
 }
 
+TEST_CASE("the plain plan is the simulator's plan for every core schedule") {
+    // GPipe, 1F1B and interleaved need no late send: each rank posts the previous step's sends and
+    // this step's receives, and the simulator, left to make its own plans, keeps exactly those.
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 16; M++) {
+            std::vector<std::pair<int, Schedule>> core = {{1, gpipe(P, M)}, {1, one_f_one_b(P, M)}};
+            if (M % P == 0)
+                for (int V = 1; V <= 4; V++) core.push_back({V, interleaved(P, M, V)});
+            for (const auto& [V, s] : core) {
+                std::vector<detail::Plan> plans = detail::make_plans(s, V);
+                for (int r = 0; r < P; r++) {
+                    INFO("P=" << P << " M=" << M << " V=" << V << " rank " << r << "\n" << to_string(s, true));
+                    CHECK(detail::comm_plan(s[r], r, Layout{P, V, s.placement}) == plans[r]);
+                }
+            }
+        }
+}
+
 TEST_CASE("interleaved with one chunk is 1F1B; its constraint on M is checked") {
     for (int P = 1; P <= 5; P++)
         for (int M = P; M <= 12; M += P) CHECK(interleaved(P, M, 1) == one_f_one_b(P, M));

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 #include "src/comm.hpp"
 
 using namespace pp;
@@ -137,7 +137,7 @@ Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Even
     std::vector<std::vector<Event>> events(P);
     run_ranks(world, [&](int r) {
         ThreadComm comm(world, r);
-        Pipeline pipeline(schedule, V, stages[r], comm, r, ranks);
+        Pipeline pipeline(schedule, V, stages[r], comm, r, ranks, plan_for(schedule, V));
         pipeline.run_step();
         events[r] = pipeline.timeline();
     });

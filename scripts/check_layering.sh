@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layering of the code, checked (ctest runs it as `layering`): the lesson (pipeline.hpp,
-# kernels/, the top level of src/) never includes src/formats/ or src/cli/, and the formats never
-# include src/cli/. Prints every include that breaks it and exits 1, else one line and 0.
+# pipeline_lab.hpp, kernels/, the top level of src/) never includes src/formats/ or src/cli/, the
+# formats never include src/cli/, and the two headers include only <standard headers> (the lab one
+# "pipeline.hpp" too). Prints every include that breaks it and exits 1, else one line and 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -16,8 +17,19 @@ check() {   # $1 = what the files are, $2 = the forbidden include pattern, rest 
   fi
 }
 shopt -s nullglob
-lesson=(pipeline.hpp src/*.hpp src/*.cpp kernels/*.hpp kernels/cpu/* kernels/cuda/*)
+lesson=(pipeline.hpp pipeline_lab.hpp src/*.hpp src/*.cpp kernels/*.hpp kernels/cpu/* kernels/cuda/*)
 check "the lesson" "src/formats/|src/cli/" "${lesson[@]}"
 check "src/formats" "src/cli/" src/formats/*
-[ "$bad" = 0 ] && echo "layering: ok (${#lesson[@]} lesson files include no src/formats/ or src/cli/; src/formats/ includes no src/cli/)"
+# The copyable headers: any quoted include (or a non-standard <...>) but the lab's "pipeline.hpp".
+for h in pipeline.hpp pipeline_lab.hpp; do
+  hits=$(grep -nE '^[[:space:]]*#[[:space:]]*include' "$h" | grep -vE '#include <[a-z_]+>$' |
+         { if [ "$h" = pipeline_lab.hpp ]; then grep -vE '#include "pipeline.hpp"$'; else cat; fi; } || true)
+  if [ -n "$hits" ]; then
+    extra=""; [ "$h" = pipeline_lab.hpp ] && extra=' and "pipeline.hpp"'
+    echo "layering: $h must include only standard headers$extra:"
+    echo "$hits" | sed 's/^/  /'
+    bad=1
+  fi
+done
+[ "$bad" = 0 ] && echo "layering: ok (${#lesson[@]} lesson files include no src/formats/ or src/cli/; src/formats/ includes no src/cli/; pipeline.hpp and pipeline_lab.hpp include only the standard library)"
 exit "$bad"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/tags.hpp"
 #include "src/device.hpp"
 
 namespace pp {

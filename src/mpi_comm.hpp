@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/tags.hpp"
 
 namespace pp {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/tags.hpp"
 #include "src/stage.hpp"
 
 namespace pt {

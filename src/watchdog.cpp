@@ -10,8 +10,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "pipeline.hpp"
-
 namespace pp {
 
 namespace {
@@ -48,16 +46,34 @@ void beat(const char* phase, int step) {
     k.ticks.fetch_add(1, std::memory_order_relaxed);
 }
 
-WatchedPipeline::WatchedPipeline(const Pipeline& pipeline) {
+WatchedPipeline::WatchedPipeline(Pipeline& pipeline) : pipeline_(pipeline) {
     if (!current.watchdog) return;
     std::lock_guard<std::mutex> lock(current.watchdog->mu_);
-    current.watchdog->ranks_[current.rank].pipeline = &pipeline;
+    current.watchdog->ranks_[current.rank].pipeline = this;
+    pipeline_.set_observer(this);
+    watched_ = true;
 }
 
 WatchedPipeline::~WatchedPipeline() {
+    if (!watched_) return;
+    pipeline_.set_observer(nullptr);
     if (!current.watchdog) return;
     std::lock_guard<std::mutex> lock(current.watchdog->mu_);   // the watchdog reads it under the same lock
     current.watchdog->ranks_[current.rank].pipeline = nullptr;
+}
+
+void WatchedPipeline::on_action(std::size_t index, Phase phase) {
+    at_.store(phase == Phase::step_end ? -1 : long(2 * index + (phase == Phase::action)), std::memory_order_relaxed);
+    ticks_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string WatchedPipeline::where() const {
+    long at = at_.load(std::memory_order_relaxed);
+    if (at < 0) return "between steps";
+    size_t i = size_t(at / 2);
+    const std::vector<Action>& actions = pipeline_.schedule()[size_t(pipeline_.rank())];
+    if (at % 2 == 0 && i == actions.size()) return "transfers at the end of the step" + pipeline_.after(i);
+    return (at % 2 ? "action " : "transfers before ") + to_string(actions[i], true) + pipeline_.after(i);
 }
 
 Watchdog::Watchdog(int size, double timeout_s, int first_rank)
@@ -89,7 +105,7 @@ void Watchdog::leave(int r, const std::string& error) {
 // at once when a rank leaves, so a run_ranks of a few milliseconds costs no more than that.
 void Watchdog::supervise() {
     std::vector<unsigned long> ticks(size_, ~0ul), actions(size_, ~0ul);
-    std::vector<const Pipeline*> pipelines(size_, nullptr);
+    std::vector<const WatchedPipeline*> pipelines(size_, nullptr);
     std::vector<Clock::time_point> since(size_, Clock::now());
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {

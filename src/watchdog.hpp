@@ -5,8 +5,8 @@
 // endless loop in a stage) cannot notice anything: its thread is not running our code. So a
 // thread outside the ranks watches them. Each rank has a heartbeat that it bumps as it makes
 // progress (pp::beat: ThreadComm after every message, TransformerStage after every layer, the
-// trainer at every phase of its step) and may show the watchdog its Pipeline, whose actions count
-// too and whose where() says what it was doing. When a rank's heartbeat has not moved for the
+// trainer at every phase of its step) and may show the watchdog its Pipeline (a WatchedPipeline,
+// the Pipeline's observer), whose actions count too and whose where() says what it was doing. When a rank's heartbeat has not moved for the
 // deadline (the timeout plus a grace, so that the transport's own, more precise error comes first),
 // the watchdog prints what every rank was doing and ends the process with kWatchdogExit, without
 // waiting for the stuck thread. Whatever was committed stays whole (every
@@ -22,9 +22,9 @@
 #include <mutex>
 #include <string>
 
-namespace pp {
+#include "pipeline.hpp"
 
-class Pipeline;
+namespace pp {
 
 // Like timeout(1) for a command that ran out of time. (1 is an ordinary error, 130/143 a signal.)
 constexpr int kWatchdogExit = 124;
@@ -34,14 +34,29 @@ constexpr int kWatchdogExit = 124;
 // Costs two relaxed atomic stores; a no-op on a thread that no watchdog watches.
 void beat(const char* phase = nullptr, int step = -1);
 
-// While alive, the watchdog of the calling rank counts `pipeline`'s actions as progress and
-// reports its where(). A no-op on a thread that no watchdog watches.
-class WatchedPipeline {
+// While alive, observes `pipeline` (Pipeline::set_observer): the watchdog of the calling rank counts
+// its actions as progress and reports where(). A no-op on a thread that no watchdog watches.
+class WatchedPipeline : public Observer {
  public:
-    explicit WatchedPipeline(const Pipeline& pipeline);
-    ~WatchedPipeline();
+    explicit WatchedPipeline(Pipeline& pipeline);
+    ~WatchedPipeline() override;
     WatchedPipeline(const WatchedPipeline&) = delete;
     WatchedPipeline& operator=(const WatchedPipeline&) = delete;
+
+    void on_action(std::size_t index, Phase phase) override;
+    // Readable from another thread while the step runs: "action F3.0 (after F1.0 F2.0 B0.0 B1.0)",
+    // "transfers before F3.0 (after ...)" or "between steps". Lock-free: run_step only stores an
+    // index into the schedule, which never changes.
+    std::string where() const;
+    // Grows whenever an action or a group of transfers starts, and when the step ends: a watchdog
+    // that sees it unchanged for long knows this rank is stuck.
+    unsigned long progress() const { return ticks_.load(std::memory_order_relaxed); }
+
+ private:
+    Pipeline& pipeline_;
+    bool watched_ = false;
+    std::atomic<long> at_{-1};            // 2i: action i's transfers, 2i + 1: action i; -1 between steps
+    std::atomic<unsigned long> ticks_{0};
 };
 
 class Watchdog {
@@ -66,7 +81,7 @@ class Watchdog {
         std::atomic<unsigned long> ticks{0};        // bumped by beat()
         std::atomic<const char*> phase{nullptr};
         std::atomic<int> step{-1};
-        const Pipeline* pipeline = nullptr;         // the rest under mu_
+        const WatchedPipeline* pipeline = nullptr;  // the rest under mu_
         bool entered = false, left = false;
         std::string error;
     };

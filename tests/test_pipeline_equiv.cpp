@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 #include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
 

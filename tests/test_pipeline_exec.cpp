@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 #include "src/comm.hpp"
 
 using namespace pp;
@@ -137,7 +137,7 @@ Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Even
     std::vector<std::vector<Event>> events(P);
     run_ranks(world, [&](int r) {
         ThreadComm comm(world, r);
-        Pipeline pipeline(schedule, V, stages[r], comm, r, ranks);
+        Pipeline pipeline(schedule, V, stages[r], comm, r, ranks, plan_for(schedule, V));
         pipeline.run_step();
         events[r] = pipeline.timeline();
     });
@@ -271,6 +271,26 @@ TEST_CASE("a stage that throws something else still stops every rank; num_chunks
     ThreadComm comm(one, 0);
     ToyStage stage(0, 1, 1);
     for (int V : {0, -1}) CHECK_THROWS_AS(Pipeline(gpipe(1, 2), V, stage, comm, 0, {0}), std::invalid_argument);
+}
+
+TEST_CASE("the observer sees each group of transfers, each action and the end of the step, in order") {
+    // One rank, two chunks: F0.0, then the copy to chunk 1 (a group), F0.1, B0.1, the copy back, B0.0.
+    struct Recorder : Observer {
+        std::vector<std::pair<size_t, Phase>> seen;
+        void on_action(size_t index, Phase phase) override { seen.push_back({index, phase}); }
+    } recorder;
+    ThreadWorld one(1, 1.0);
+    ThreadComm comm(one, 0);
+    ToyStage stage(0, 1, 2);
+    Pipeline pipe(interleaved(1, 1, 2), 2, stage, comm, 0, {0});
+    pipe.set_observer(&recorder);
+    pipe.run_step();
+    using Seen = std::vector<std::pair<size_t, Phase>>;
+    CHECK(recorder.seen == Seen{{0, Phase::action}, {1, Phase::transfers}, {1, Phase::action}, {2, Phase::action},
+                                {3, Phase::transfers}, {3, Phase::action}, {4, Phase::step_end}});
+    pipe.set_observer(nullptr);
+    pipe.run_step();
+    CHECK(recorder.seen.size() == 7);
 }
 
 TEST_CASE("ThreadComm: timeouts, tag checks, abort") {

@@ -10,7 +10,7 @@
 #include <random>
 #include <string>
 
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 
 using namespace pp;
 
@@ -34,7 +34,7 @@ namespace {
 
 std::string error_of(const Schedule& s) {
     try {
-        validate(s);
+        validate(s, 0, 0, plan_for(s));  // plan_for: the plain plan, or the late-send plan where needed
     } catch (const std::exception& e) {
         return e.what();
     }
@@ -68,7 +68,7 @@ TEST_CASE("every generator is valid and runs backward work in increasing micro-b
     for_each_schedule([](const std::string& name, int P, int M, int V, const Schedule& s) {
         INFO(name << " P=" << P << " M=" << M << " V=" << V);
         REQUIRE(int(s.size()) == P);
-        CHECK_NOTHROW(validate(s, M, V));
+        CHECK_NOTHROW(validate(s, M, V, plan_for(s, V)));
         // The forwards, the input-gradient work (B or BI) and the weight-gradient work (B or BW)
         // of each chunk: micro-batches 0, 1, 2, ... (DualPipeV mixes B with BI/BW).
         for (int r = 0; r < P; r++)
@@ -82,6 +82,42 @@ TEST_CASE("every generator is valid and runs backward work in increasing micro-b
                         }
                 }
     });
+}
+
+TEST_CASE("the plain plan is the simulator's plan for every core schedule") {
+    // GPipe, 1F1B and interleaved need no late send: each rank posts the previous step's sends and
+    // this step's receives, and the simulator, left to make its own plans, keeps exactly those.
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 16; M++) {
+            std::vector<std::pair<int, Schedule>> core = {{1, gpipe(P, M)}, {1, one_f_one_b(P, M)}};
+            if (M % P == 0)
+                for (int V = 1; V <= 4; V++) core.push_back({V, interleaved(P, M, V)});
+            for (const auto& [V, s] : core) {
+                std::vector<Plan> plans = detail::make_plans(s, V);
+                for (int r = 0; r < P; r++) {
+                    INFO("P=" << P << " M=" << M << " V=" << V << " rank " << r << "\n" << to_string(s, true));
+                    CHECK(detail::comm_plan(s[r], r, Layout{P, V, s.placement}) == plans[r]);
+                }
+            }
+        }
+}
+
+TEST_CASE("the core validate refuses a schedule that needs late sends, and says which plan to pass") {
+    // Looped BFS: rank 1 sends F0 of chunk 0 on to rank 0, which takes it only after all of its own
+    // chunk-0 forwards. Without the lab header's plan the plain plan deadlocks.
+    Schedule bfs = looped_bfs(2, 4, 2);
+    std::string plain;
+    try {
+        validate(bfs);
+    } catch (const std::runtime_error& e) {
+        plain = e.what();
+    }
+    CHECK(plain.find("rank 0 (before ") != std::string::npos);
+    CHECK(plain.find("pass the plan of pipeline_lab.hpp: pp::plan_for(schedule, V)") != std::string::npos);
+    CHECK(plain.find('\n') == std::string::npos);
+    CHECK_NOTHROW(validate(bfs, 0, 0, late_send_plan(bfs)));
+    CHECK(plan_for(one_f_one_b(4, 8)).empty());   // the core schedules run with the plain plan
+    CHECK(!plan_for(bfs).empty());
 }
 
 TEST_CASE("interleaved with one chunk is 1F1B; its constraint on M is checked") {
@@ -138,7 +174,7 @@ TEST_CASE("ZB-H2 runs BI before F: with M < 2P or a transfer cost, the forward f
                 INFO("P=" << P << " M=" << M << " comm=" << comm);
                 Costs c{1, 1, 1, comm};
                 Schedule h2 = zero_bubble_h2(P, M), f_first = forward_before_input_grad(h2);
-                REQUIRE_NOTHROW(validate(f_first, M, 1));
+                REQUIRE_NOTHROW(validate(f_first, M, 1, plan_for(f_first, 1)));
                 CHECK(simulate(h2, c).makespan <= simulate(f_first, c).makespan + 1e-12);
             }
     // The cases where it shows (unit costs): P = 4, M = 4 (16, not 17); M = 2 on any P > 1; and with
@@ -196,7 +232,7 @@ TEST_CASE("validate rejects broken schedules with the reason") {
     // the one produced first back until the receiver has taken the other (late sends).
     auto sends_to = [](const Schedule& sched, int from, int to) {
         std::vector<std::string> order;
-        std::vector<detail::Plan> plans = detail::make_plans(sched, 1);
+        std::vector<Plan> plans = detail::make_plans(sched, 1);
         for (const auto& group : plans[from])
             for (const CommOp& op : group)
                 if (op.send && op.peer == to) order.push_back(tag_label(op.tag, false));

@@ -264,7 +264,7 @@ TEST_CASE("13_processes: processes give the threads' bits, and both timelines ar
     CHECK(numbers(r.out, R"(processes / threads = ([0-9.]+))").size() == 1);
 }
 
-TEST_CASE("14_bring_your_own_model: pipeline.hpp alone, 1F1B and ZB-H1 give one thread's bits") {
+TEST_CASE("14_bring_your_own_model: pipeline.hpp alone, GPipe and 1F1B give one thread's bits") {
     // CMake builds this tutorial with a copy of pipeline.hpp as its only include directory.
     Run r = run_tutorial("14_bring_your_own_model");
     auto count = [&](const std::string& s) {
@@ -272,7 +272,7 @@ TEST_CASE("14_bring_your_own_model: pipeline.hpp alone, 1F1B and ZB-H1 give one 
         for (size_t at = r.out.find(s); at != std::string::npos; at = r.out.find(s, at + 1)) n++;
         return n;
     };
-    CHECK(count("gradients: bitwise equal") == 2);   // 1f1b, zb-h1
+    CHECK(count("gradients: bitwise equal") == 2);   // gpipe, 1f1b
     CHECK(count("loss: bitwise equal") == 2);
     CHECK(count("max difference 0)") == 2);
     CHECK(numbers(r.out, R"(\nrank 3 \|[^\n]*\|\n)").size() == 2);   // both measured timelines

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 #include "src/comm.hpp"
 #include "src/formats/corpus.hpp"
 #include "src/formats/io.hpp"
@@ -162,7 +162,7 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
         if (dev.cuda) dev.index = rank % cuda_device_count();
         set_device(dev, rank);
         stage.to(dev), opt.to(dev);   // the weights and moments visit the GPU for the step
-        pp::Pipeline pipe(schedule, m.V, stage, comm, at.p, at.pipeline_group());
+        pp::Pipeline pipe(schedule, m.V, stage, comm, at.p, at.pipeline_group(), pp::plan_for(schedule, m.V));
         stage.zero_grads();
         // Replica d's micro-batches are global micro-batches d*M .. d*M+M-1: the dropout key.
         stage.begin_step(&local[at.d], rows / M, at.d * M, uint32_t(step), loss_scale);

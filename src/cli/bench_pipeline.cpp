@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm.hpp"
 #include "src/formats/io.hpp"
@@ -130,7 +130,7 @@ Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, int 
     pp::ThreadWorld world(P, 120.0);
     pp::run_ranks(world, [&](int rank) {
         pp::ThreadComm comm(world, rank);
-        pp::Pipeline pipe(schedule, V, *stages[rank], comm, rank, ranks);
+        pp::Pipeline pipe(schedule, V, *stages[rank], comm, rank, ranks, pp::plan_for(schedule, V));
         for (int step = 0; step <= steps; step++) {
             stages[rank]->zero_grads();
             stages[rank]->begin_step(&batch, batch.B / M, 0, uint32_t(step), 1.0f / float(batch.num_targets()));

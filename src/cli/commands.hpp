@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 
 namespace pt {
 

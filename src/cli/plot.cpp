@@ -163,7 +163,7 @@ pp::Schedule read_schedule_json(const std::string& path, std::string* name, int*
         *name = j.at("schedule").get<std::string>(), *V = j.at("V").get<int>();
         *trace = j.value("trace", "");
         if (int(s.size()) != j.at("P").get<int>() || s.empty()) throw std::runtime_error("\"actions\" needs one list per rank (P)");
-        pp::validate(s, 0, *V);
+        pp::validate(s, 0, *V, pp::plan_for(s, *V));
         return s;
     } catch (const std::exception& e) {
         fail(path, std::string("not a schedule of pipetrain train (") + e.what() + ")");

@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/ops.hpp"
-#include "pipeline.hpp"
+#include "pipeline_lab.hpp"
 #include "src/cli/args.hpp"
 #include "src/formats/checkpoint.hpp"
 #include "src/comm.hpp"
@@ -813,7 +813,7 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
     Device mine = device_of_rank(w, rank);
     set_device(mine, rank);
     stage.to(mine), opt.to(mine);
-    pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group());
+    pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group(), pp::plan_for(w.schedule, w.V));
     pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     auto t_start = Clock::now();
     int diverging = 0;   // steps in a row with the loss above check_divergence's limit
@@ -1333,7 +1333,7 @@ int finish(World& w, const Setup& s, Args& a, const std::vector<std::string>& ar
 int dry_run(World& w, const Setup& s, Args& a) {
     w.comm = w.mpi ? "mpi" : a.str("--comm", "auto");
     print_banner(w, s, a);
-    pp::validate(w.schedule, w.M, w.V);
+    pp::validate(w.schedule, w.M, w.V, pp::plan_for(w.schedule, w.V));
     std::printf("dry run: the flags and the plan are valid (%s × %s = %s); nothing was trained or written\n",
                 count_of(w.P, "stage").c_str(), count_of(w.D, "replica").c_str(), count_of(w.P * w.D, "rank").c_str());
     return 0;

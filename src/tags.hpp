@@ -1,0 +1,21 @@
+// src/tags.hpp — the message tags the trainer uses outside a step's transfers.
+//
+// Every transfer of the step has been received by then, so these never meet one, though their
+// numbers are transfer tags too (pipeline.hpp's transfer_tag). The tied word embedding's two copies
+// (its gradients, then the check of its weights), and the gathers to rank 0: a layer's weights
+// (kTagLayer + the layer's index), a timeline and the clock errors (two tags each: a size, then the
+// bytes), the clocks' ping-pong.
+#pragma once
+
+namespace pp {
+
+enum OtherTag : int {
+    kTagTiedGrads = 9001,
+    kTagTiedCheck = 9002,
+    kTagTimeline = 9200,     // and 9201
+    kTagClockError = 9202,   // and 9203
+    kTagClock = 9300,
+    kTagLayer = 20000,       // + layer index (a model has at most 1026 layers)
+};
+
+}  // namespace pp

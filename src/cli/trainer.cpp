@@ -38,6 +38,7 @@
 #include "src/formats/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/step.hpp"
+#include "src/train_step.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/formats/trainer_state.hpp"
 #include "src/watchdog.hpp"
@@ -210,8 +211,8 @@ struct LayerCosts {
 
 // chunk_layers[rank][chunk] = layer indices; which rank and chunk hold virtual stage s is the
 // schedule's placement.
-std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs, int P, int V,
-                                                       pp::Placement placement = pp::Placement::loop) {
+std::vector<std::vector<std::vector<int>>> partition_layers(const LayerCosts& costs, int P, int V,
+                                                           pp::Placement placement = pp::Placement::loop) {
     int S = P * V, L = int(costs.cost.size());
     if (S > L)
         throw std::runtime_error("--stages: " + count_of(P, "stage") + " × " + count_of(V, "chunk") + " need at least " +
@@ -223,10 +224,7 @@ std::vector<std::vector<std::vector<int>>> split_layers(const LayerCosts& costs,
         throw std::runtime_error("--partition memory: balances 1F1B's in-flight stashes, not those of --chunks > 1");
     std::vector<int> bounds = costs.by == "memory" ? pp::partition_memory(costs.weights, costs.cost, P)
                                                    : pp::partition(costs.cost, S);
-    std::vector<std::vector<std::vector<int>>> out(P, std::vector<std::vector<int>>(V));
-    for (int s = 0; s < S; s++)
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) out[pp::Layout{P, V, placement}.rank(s)][s / P].push_back(l);
-    return out;
+    return split_layers(bounds, pp::Layout{P, V, placement});
 }
 
 // Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
@@ -664,7 +662,7 @@ void print_step(World& w, int step, double loss, float lr, double norm, const st
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
         w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3]});
     }
-    double bubble = worst_span > 0 ? 1.0 - busy / (w.P * worst_span) : 0.0;
+    double bubble = bubble_fraction(busy, w.P, worst_span);
     double tok_s = double(step + 1 - w.start_step) * s.B * s.T / std::max(elapsed, 1e-9);
     w.record.tok_per_s = tok_s, w.record.bubble = bubble;
     std::printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | bubble %.1f%% | stash %s | ETA %s\n",
@@ -788,18 +786,23 @@ void check_divergence(const World& w, int step, double loss, int& above) {
     throw std::runtime_error(msg);
 }
 
-// This rank's forward and backward of a step (its replica's rows of the global batch); µs.
-double forward_backward(const World& w, pp::Pipeline& pipe, TransformerStage& stage, const RankPlace& at,
-                        const Batch& global, int step) {
-    int rows_per_replica = w.setup->B / w.D;
-    Batch local = global.slice(at.d * rows_per_replica, rows_per_replica);
-    int64_t targets = global.num_targets();
-    stage.zero_grads();
-    stage.begin_step(&local, rows_per_replica / w.M, at.d * w.M, uint32_t(step), targets ? 1.0f / float(targets) : 0.0f);
-    auto t0 = Clock::now();
-    pp::beat("forward/backward");
-    pipe.run_step(w.origin);   // one time axis for all ranks, so the trace shows sends before receives
-    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+// The step through train_step, with the trainer's additions: the timeline on the run's time axis,
+// this rank's numbers for the step line (step_slots) in the loss reduction, --dump-grads.
+StepOutcome take_step(World& w, pp::Pipeline& pipe, pp::Comm& comm, TransformerStage& stage, Optimizer& opt,
+                      const RankPlace& at, const Batch& global, int step, float lr, std::vector<double>& slots) {
+    int rank = at.d * w.P + at.p;
+    StepHooks hooks;
+    hooks.start = [&] { return w.origin; };   // one time axis for all ranks, so the trace shows sends before receives
+    hooks.after_schedule = [&](double span) { slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage); };
+    hooks.shared = &slots;
+    hooks.after_grads = [&] {
+        if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);
+    };
+    try {
+        return train_step(pipe, comm, stage, opt, w.setup->cfg, at, global, w.M, {step, lr, w.clip, w.weight_decay}, hooks);
+    } catch (const TrainingDiverged& e) {   // the lesson names the quantity; the CLI names the flag
+        throw std::runtime_error(std::string(e.what()) + " (lower --lr); nothing saved after the last checkpoint");
+    }
 }
 
 void run_rank(World& w, pp::Comm& comm, int rank) {
@@ -821,13 +824,9 @@ void run_rank(World& w, pp::Comm& comm, int rank) {
         pp::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = batch_of_step(s, step);
         int64_t targets = global.num_targets();
-        double span = forward_backward(w, pipe, stage, at, global, step);
-        std::vector<double> slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage);
-        auto dump = [&] {
-            if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);
-        };
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
-        StepOutcome o = finish_step(comm, stage, opt, s.cfg, at, {step, lr, w.clip, w.weight_decay}, &slots, dump);
+        std::vector<double> slots;
+        StepOutcome o = take_step(w, pipe, comm, stage, opt, at, global, step, lr, slots);
         check_divergence(w, step, targets ? o.loss_sum / double(targets) : 0.0, diverging);
         bool stop = slots[0] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
         bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
@@ -968,7 +967,11 @@ std::vector<pp::Costs> stage_costs(const std::vector<std::vector<std::vector<int
 
 // The schedule, the devices, the split of the layers over the ranks, and how the layers run.
 void plan_pipeline(World& w, const Setup& s, Args& a) {
-    w.recompute = parse_recompute(a.str("--recompute", "none"));
+    try {
+        w.recompute = parse_recompute(a.str("--recompute", "none"));
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string("--recompute: ") + e.what());
+    }
     w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
     bool planned = w.schedule_name == "auto";   // from the measured costs, below
     require_chunks(w.schedule_name, a.has("--chunks"));
@@ -991,7 +994,7 @@ void plan_pipeline(World& w, const Setup& s, Args& a) {
             for (std::vector<double>* v : {&c->cost, &c->f, &c->bi, &c->bw, &c->stash})
                 if (!v->empty()) w.mpi->broadcast(v->data(), v->size() * sizeof(double), 0);
 #endif
-    w.split = split_layers(costs, w.P, w.V, planned ? pp::Placement::loop : w.schedule.placement);
+    w.split = partition_layers(costs, w.P, w.V, planned ? pp::Placement::loop : w.schedule.placement);
     if (planned) w.schedule = plan_auto(w, times, a, size_t(rows) * s.T * s.cfg.hidden_size);
     w.stage_costs = stage_costs(w.split, times);
     w.owner.assign(num_model_layers(s.cfg), 0);
@@ -1544,7 +1547,7 @@ int partition_main(const std::vector<std::string>& argv) {
     std::string by = a.str("--by", "time");
     int T = int(a.integer("--seq", std::min(64, cfg.max_position_embeddings), 1, 1 << 16));
     LayerCosts costs = layer_costs(cfg, by, int(a.integer("--batch", 4, 1, 4096)), T);
-    auto split = split_layers(costs, P, 1);
+    auto split = partition_layers(costs, P, 1);
     for (int p = 0; p < P; p++) {
         int first = split[p][0].front(), last = split[p][0].back();
         std::printf("stage %d: layers %d..%d  cost %.4g", p, first, last, costs.stage_cost(p, P, first, last + 1));

@@ -26,6 +26,7 @@ map() {
   row '`src/stage.*`' "a slice of the model as a pp::Stage: stash, recompute" src/stage.hpp src/stage.cpp
   row '`src/comm.*`' "the ranks as threads: ThreadComm" src/comm.hpp src/comm.cpp
   row '`src/step.*`' "the step after the pipeline: tied sum, data parallel, norm, clip, AdamW" src/step.hpp src/step.cpp
+  row '`src/train_step.*`' "one optimizer step: gradient accumulation and data parallelism, the measured bubble" src/train_step.hpp src/train_step.cpp
   row '`src/watchdog.*`' "no hang: every wait has a deadline, and the watchdog enforces it" src/watchdog.hpp src/watchdog.cpp
   row '`src/mpi_comm.*`' "the ranks as processes: MpiComm" src/mpi_comm.hpp src/mpi_comm.cpp
   row '`src/device.*` `src/nccl_comm.*`' "GPU track: where an op runs (dev::), NCCL" src/device.hpp src/device.cpp src/nccl_comm.hpp src/nccl_comm.cpp

@@ -19,7 +19,7 @@ namespace pt {
 namespace {
 
 // The flags that size the run, into w (and the batch size into s).
-void read_flags(TrainRun& w, Setup& s, Args& a) {
+void read_flags(TrainFlags& w, Setup& s, Args& a) {
     w.out = a.required("--out");
     w.save_format = a.str("--save-format", "hf");
     if (w.save_format != "hf" && w.save_format != "paddle")

@@ -32,30 +32,6 @@
 
 namespace pt {
 
-// Replica 0's layers in model order, on rank 0, for an evaluation, a save or --dump-grads (`grads`:
-// their gradients). Rank 0 reads the layers of its own process's ranks where they are; every other
-// rank of replica 0 sends its layers, which land in fresh layers that `held` keeps. Every rank
-// calls it; it returns nothing on the others. Rank 0 thus holds one copy of the model.
-std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool grads, std::vector<std::unique_ptr<Layer>>& held) {
-    std::vector<Layer*> all;
-    bool with_root = w.stages[0] != nullptr;   // rank 0 runs in this process
-    for (int i = 0; i < num_model_layers(w.setup->cfg); i++) {
-        int owner = w.owner[i];
-        if (with_root && w.stages[owner]) {
-            if (rank == 0) all.push_back(w.stages[owner]->layer(i));
-        } else if (rank == owner) {
-            Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
-            comm.send(b.data(), b.size() * sizeof(float), 0, pp::kTagLayer + i);
-        } else if (rank == 0) {
-            held.push_back(make_layer(w.setup->cfg, i));
-            Buf& b = grads ? held.back()->grads : held.back()->params;
-            comm.recv(b.data(), b.size() * sizeof(float), owner, pp::kTagLayer + i);
-            all.push_back(held.back().get());
-        }
-    }
-    return all;
-}
-
 namespace {
 
 // Rank 0 gets every rank's bytes (its own included), in rank order; the others send theirs.
@@ -143,7 +119,64 @@ double clock_offset_us(TrainRun& w, pp::Comm& comm, int rank, double* error_us) 
     return offset;
 }
 
+// A word for a POSIX shell: as it is when that is safe, else in single quotes.
+std::string shell_quoted(const std::string& word) {
+    bool plain = !word.empty();
+    for (char c : word) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-+=/.,:@%", c));
+    if (plain) return word;
+    std::string q = "'";
+    for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// An --out that holds another run's model or checkpoints would be silently replaced: refused unless
+// --overwrite says so, or the run continues one of those checkpoints (--resume OUT/checkpoint-N).
+void check_not_replacing(const TrainRun& w, const Args& a) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (a.has("--overwrite") || !fs::is_directory(w.out, ec)) return;
+    if (a.has("--resume") && fs::weakly_canonical(a.str("--resume")).parent_path() == fs::weakly_canonical(w.out)) return;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(w.out, ec)) {
+        std::string name = e.path().filename().string();
+        bool checkpoint = name.size() > 11 && name.size() <= 20 && name.rfind("checkpoint-", 0) == 0 &&
+                          name.find_first_not_of("0123456789", 11) == std::string::npos;   // not a staging name
+        if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" || checkpoint)
+            names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    std::string found;
+    for (const std::string& name : names) found += (found.empty() ? "" : ", ") + name;
+    if (!found.empty())
+        throw std::runtime_error("--out: " + w.out + " already holds a model (" + found + "), which this run would replace: "
+                                 "choose another --out, or add --overwrite");
+}
+
 }  // namespace
+
+// Replica 0's layers in model order, on rank 0, for an evaluation, a save or --dump-grads (`grads`:
+// their gradients). Rank 0 reads the layers of its own process's ranks where they are; every other
+// rank of replica 0 sends its layers, which land in fresh layers that `held` keeps. Every rank
+// calls it; it returns nothing on the others. Rank 0 thus holds one copy of the model.
+std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool grads, std::vector<std::unique_ptr<Layer>>& held) {
+    std::vector<Layer*> all;
+    bool with_root = w.stages[0] != nullptr;   // rank 0 runs in this process
+    for (int i = 0; i < num_model_layers(w.setup->cfg); i++) {
+        int owner = w.owner[i];
+        if (with_root && w.stages[owner]) {
+            if (rank == 0) all.push_back(w.stages[owner]->layer(i));
+        } else if (rank == owner) {
+            Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
+            comm.send(b.data(), b.size() * sizeof(float), 0, pp::kTagLayer + i);
+        } else if (rank == 0) {
+            held.push_back(make_layer(w.setup->cfg, i));
+            Buf& b = grads ? held.back()->grads : held.back()->params;
+            comm.recv(b.data(), b.size() * sizeof(float), owner, pp::kTagLayer + i);
+            all.push_back(held.back().get());
+        }
+    }
+    return all;
+}
 
 // OUT/checkpoint-<step>/: the model directory, the AdamW moments (under "<parameter>.exp_avg" /
 // ".exp_avg_sq") and trainer_state.json, written into OUT/.tmp-checkpoint-N, sealed by a manifest
@@ -265,20 +298,6 @@ void save_final_model(TrainRun& w, pp::Comm& comm, int rank) {
     comm.barrier();   // rank 0 has read the other ranks of its process
 }
 
-namespace {
-
-// A word for a POSIX shell: as it is when that is safe, else in single quotes.
-std::string shell_quoted(const std::string& word) {
-    bool plain = !word.empty();
-    for (char c : word) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-+=/.,:@%", c));
-    if (plain) return word;
-    std::string q = "'";
-    for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-}
-
-}  // namespace
-
 // The command that continues a run stopped by a signal: its own flags, with the model now from the
 // checkpoint (--resume CHECKPOINT replaces --model, --preset, --resume, and --vocab-size goes with
 // them). --dump-grads goes too: it holds step 1's gradients, which the resumed run does not compute
@@ -302,33 +321,6 @@ std::string continue_command(const std::string& program, const std::vector<std::
 OutDir::~OutDir() {
     if (lock >= 0) ::close(lock);
 }
-
-namespace {
-
-// An --out that holds another run's model or checkpoints would be silently replaced: refused unless
-// --overwrite says so, or the run continues one of those checkpoints (--resume OUT/checkpoint-N).
-void check_not_replacing(const TrainRun& w, const Args& a) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (a.has("--overwrite") || !fs::is_directory(w.out, ec)) return;
-    if (a.has("--resume") && fs::weakly_canonical(a.str("--resume")).parent_path() == fs::weakly_canonical(w.out)) return;
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(w.out, ec)) {
-        std::string name = e.path().filename().string();
-        bool checkpoint = name.size() > 11 && name.size() <= 20 && name.rfind("checkpoint-", 0) == 0 &&
-                          name.find_first_not_of("0123456789", 11) == std::string::npos;   // not a staging name
-        if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" || checkpoint)
-            names.push_back(name);
-    }
-    std::sort(names.begin(), names.end());
-    std::string found;
-    for (const std::string& name : names) found += (found.empty() ? "" : ", ") + name;
-    if (!found.empty())
-        throw std::runtime_error("--out: " + w.out + " already holds a model (" + found + "), which this run would replace: "
-                                 "choose another --out, or add --overwrite");
-}
-
-}  // namespace
 
 OutDir prepare_out(TrainRun& w, Args& a) {
     for (const char* flag : {"--trace", "--dump-grads"})

@@ -20,6 +20,60 @@
 
 namespace pt {
 
+namespace {
+
+// --schedule auto: each stage's F, BI, BW (the sums of its layers' measured times) and the time
+// of one activation's copy plan a zero-bubble schedule whose stash fits --memory-cap bytes per
+// stage (default: 1F1B's peak, P micro-batches). The plan and its prediction go to the banner.
+pp::Schedule plan_auto(TrainRun& w, const LayerCosts& times, Args& a, size_t activation) {
+    std::vector<float> from(activation, 1.0f), to(activation);
+    double copy = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        auto t0 = Clock::now();
+        std::memcpy(to.data(), from.data(), activation * sizeof(float));
+        copy = std::min(copy, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::vector<pp::Costs> costs(w.P, pp::Costs{0, 0, 0, 0});
+    std::vector<int> cap(w.P, w.P);
+    std::vector<double> stash(w.P, 0.0);
+    for (int p = 0; p < w.P; p++) {
+        for (int l : w.split[p][0])
+            costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l], stash[p] += times.stash[l];
+        costs[p].comm = copy;
+        if (a.has("--memory-cap")) {
+            double bytes = a.real("--memory-cap", 0, 1);
+            cap[p] = int(std::min<double>(w.M, std::floor(bytes / std::max(stash[p], 1.0))));
+            if (cap[p] < 1)
+                throw std::runtime_error("--memory-cap: " + human_bytes(bytes) + " holds no stash of stage " +
+                                         std::to_string(p) + " (one micro-batch leaves " + human_bytes(stash[p]) + ")");
+        }
+    }
+    pp::Schedule plan = pp::auto_schedule(w.P, w.M, costs, cap);
+    pp::SimResult r = pp::simulate(plan, costs);
+    char line[256];
+    std::snprintf(line, sizeof line, "auto: planned from measured costs: predicted step %.1f ms, bubble %.1f%%; peak stash per stage",
+                  1e3 * r.makespan, 100 * r.bubble);
+    w.plan_note = line;
+    for (int p = 0; p < w.P; p++)
+        w.plan_note += " " + std::to_string(r.peak_live[p]) + " (" + human_bytes(r.peak_live[p] * stash[p]) + ", cap " +
+                       std::to_string(cap[p]) + ")";
+    return plan;
+}
+
+// Each rank's F, BI, BW per action (seconds, measured alone): its layers' sums, a chunk 1/V of them.
+std::vector<pp::Costs> stage_costs(const std::vector<std::vector<std::vector<int>>>& split, const LayerCosts& times) {
+    std::vector<pp::Costs> costs(split.size(), pp::Costs{0, 0, 0, 0});
+    for (size_t p = 0; p < split.size(); p++) {
+        for (const std::vector<int>& chunk : split[p])
+            for (int l : chunk) costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l];
+        double V = double(split[p].size());
+        costs[p].f /= V, costs[p].bi /= V, costs[p].bw /= V;
+    }
+    return costs;
+}
+
+}  // namespace
+
 // chunk_layers[rank][chunk] = layer indices; which rank and chunk hold virtual stage s is the
 // schedule's placement.
 std::vector<std::vector<std::vector<int>>> partition_layers(const LayerCosts& costs, int P, int V,
@@ -96,60 +150,6 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
     set_device(caller);
     return costs;
 }
-
-namespace {
-
-// --schedule auto: each stage's F, BI, BW (the sums of its layers' measured times) and the time
-// of one activation's copy plan a zero-bubble schedule whose stash fits --memory-cap bytes per
-// stage (default: 1F1B's peak, P micro-batches). The plan and its prediction go to the banner.
-pp::Schedule plan_auto(TrainRun& w, const LayerCosts& times, Args& a, size_t activation) {
-    std::vector<float> from(activation, 1.0f), to(activation);
-    double copy = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        auto t0 = Clock::now();
-        std::memcpy(to.data(), from.data(), activation * sizeof(float));
-        copy = std::min(copy, std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    std::vector<pp::Costs> costs(w.P, pp::Costs{0, 0, 0, 0});
-    std::vector<int> cap(w.P, w.P);
-    std::vector<double> stash(w.P, 0.0);
-    for (int p = 0; p < w.P; p++) {
-        for (int l : w.split[p][0])
-            costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l], stash[p] += times.stash[l];
-        costs[p].comm = copy;
-        if (a.has("--memory-cap")) {
-            double bytes = a.real("--memory-cap", 0, 1);
-            cap[p] = int(std::min<double>(w.M, std::floor(bytes / std::max(stash[p], 1.0))));
-            if (cap[p] < 1)
-                throw std::runtime_error("--memory-cap: " + human_bytes(bytes) + " holds no stash of stage " +
-                                         std::to_string(p) + " (one micro-batch leaves " + human_bytes(stash[p]) + ")");
-        }
-    }
-    pp::Schedule plan = pp::auto_schedule(w.P, w.M, costs, cap);
-    pp::SimResult r = pp::simulate(plan, costs);
-    char line[256];
-    std::snprintf(line, sizeof line, "auto: planned from measured costs: predicted step %.1f ms, bubble %.1f%%; peak stash per stage",
-                  1e3 * r.makespan, 100 * r.bubble);
-    w.plan_note = line;
-    for (int p = 0; p < w.P; p++)
-        w.plan_note += " " + std::to_string(r.peak_live[p]) + " (" + human_bytes(r.peak_live[p] * stash[p]) + ", cap " +
-                       std::to_string(cap[p]) + ")";
-    return plan;
-}
-
-// Each rank's F, BI, BW per action (seconds, measured alone): its layers' sums, a chunk 1/V of them.
-std::vector<pp::Costs> stage_costs(const std::vector<std::vector<std::vector<int>>>& split, const LayerCosts& times) {
-    std::vector<pp::Costs> costs(split.size(), pp::Costs{0, 0, 0, 0});
-    for (size_t p = 0; p < split.size(); p++) {
-        for (const std::vector<int>& chunk : split[p])
-            for (int l : chunk) costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l];
-        double V = double(split[p].size());
-        costs[p].f /= V, costs[p].bi /= V, costs[p].bw /= V;
-    }
-    return costs;
-}
-
-}  // namespace
 
 // The schedule, the devices, the split of the layers over the ranks, and how the layers run.
 void plan_pipeline(TrainRun& w, const Setup& s, Args& a) {

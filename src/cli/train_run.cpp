@@ -28,14 +28,6 @@
 
 namespace pt {
 
-std::string human_bytes(double b) {
-    char buf[32];
-    if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2fG", b / (1 << 30));
-    else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1fM", b / (1 << 20));
-    else std::snprintf(buf, sizeof buf, "%.0fK", b / 1024);
-    return buf;
-}
-
 namespace {
 
 std::string human_time(double s) {
@@ -52,59 +44,7 @@ double lr_at(int step, int steps, int warmup, double lr) {
     return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
-}  // namespace
-
-// Rank r's stage and AdamW moments, on the host: initialized from the seed, or loaded from --model
-// or --resume. Each rank reads only its own layers' tensors.
-void make_rank(TrainRun& w, int rank) {
-    const Setup& s = *w.setup;
-    w.stages[rank] = std::make_unique<TransformerStage>(s.cfg, w.split[rank % w.P], w.recompute, w.run_opt);
-    w.optim[rank] = std::make_unique<Optimizer>(*w.stages[rank]);
-    std::vector<Layer*> layers = w.stages[rank]->layers();
-    if (s.model_dir.empty())
-        for (Layer* l : layers) l->init(s.seed, 0.02f);
-    else
-        load_weights(s.model_dir, layers, false, true, /*partial=*/w.P > 1);
-    if (w.resume.empty()) return;
-    // The AdamW moments: DIR/optimizer.safetensors, or its shards (one per pipeline rank that saved it).
-    std::string source;
-    std::vector<st::File> files = read_tensor_files(w.resume, "optimizer", &source);
-    if (files.empty())
-        throw std::runtime_error(w.resume + ": no optimizer.safetensors or optimizer.safetensors.index.json "
-                                 "(a checkpoint of --save-every has the AdamW moments)");
-    Optimizer& opt = *w.optim[rank];
-    for (size_t li = 0; li < layers.size(); li++)
-        for (const ParamInfo& pi : layers[li]->params_info) {
-            std::string name = pi.tied ? "ernie.embeddings.word_embeddings.weight" : pi.name;
-            for (auto [suffix, buf] : {std::pair{".exp_avg", &opt.m[li]}, {".exp_avg_sq", &opt.v[li]}}) {
-                const st::File* f = nullptr;
-                for (const st::File& file : files) f = f ? f : file.find(name + suffix) ? &file : nullptr;
-                if (!f) throw std::runtime_error(source + ": no tensor " + name + suffix);
-                std::vector<float> x = f->to_f32(name + suffix);
-                if (x.size() != pi.numel) throw std::runtime_error(f->path + ": " + name + suffix + " has the wrong size");
-                // A NaN or infinite moment, or a negative mean of squares, would surface steps
-                // later as "training diverged"; a second moment is a mean of squares.
-                bool second = std::string(suffix) == ".exp_avg_sq";
-                for (float m : x)
-                    if (!std::isfinite(m) || (second && m < 0))
-                        throw std::runtime_error(f->path + ": " + name + suffix + " holds " +
-                                                 (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
-                                                 (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
-                std::copy(x.begin(), x.end(), buf->begin() + long(pi.offset));
-            }
-        }
-}
-
-Device device_of_rank(const TrainRun& w, int rank) {
-    Device dev = w.device;
-    if (dev.cuda) dev.index = (dev.index + (w.mpi ? w.local_rank : rank)) % w.gpus;
-    return dev;
-}
-
-namespace {
-
 constexpr int kSlots = 7;   // per rank in the step's reduction (step_slots)
-
 
 // Rank 0: the step line, from the numbers every rank put in its slots of the step's reduction.
 void print_step(TrainRun& w, int step, double loss, float lr, double norm, const std::vector<double>& slots, double elapsed) {
@@ -138,18 +78,6 @@ void dump_gradients(TrainRun& w, pp::Comm& comm, int rank) {
     }
     comm.barrier();   // rank 0 may read the gradients of its process's ranks: before they are clipped
 }
-
-}  // namespace
-
-// plots: an evaluation goes into the metrics line of its step.
-void log_eval(TrainRun& w, const EvalResult& ev) {
-    if (ev.targets == 0) return;
-    bool classifier = w.setup->cfg.num_labels > 0;
-    w.record.eval = true, w.record.classifier = classifier;
-    w.record.eval_loss = ev.loss(), w.record.eval_metric = classifier ? ev.accuracy() : std::exp(ev.loss());
-}
-
-namespace {
 
 // --eval-every: replica 0's layers, gathered to rank 0, on the held-out batches.
 void evaluate_during_run(TrainRun& w, pp::Comm& comm, int rank, Device mine) {
@@ -287,6 +215,69 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
 }
 
 }  // namespace
+
+std::string human_bytes(double b) {
+    char buf[32];
+    if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2fG", b / (1 << 30));
+    else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1fM", b / (1 << 20));
+    else std::snprintf(buf, sizeof buf, "%.0fK", b / 1024);
+    return buf;
+}
+
+// Rank r's stage and AdamW moments, on the host: initialized from the seed, or loaded from --model
+// or --resume. Each rank reads only its own layers' tensors.
+void make_rank(TrainRun& w, int rank) {
+    const Setup& s = *w.setup;
+    w.stages[rank] = std::make_unique<TransformerStage>(s.cfg, w.split[rank % w.P], w.recompute, w.run_opt);
+    w.optim[rank] = std::make_unique<Optimizer>(*w.stages[rank]);
+    std::vector<Layer*> layers = w.stages[rank]->layers();
+    if (s.model_dir.empty())
+        for (Layer* l : layers) l->init(s.seed, 0.02f);
+    else
+        load_weights(s.model_dir, layers, false, true, /*partial=*/w.P > 1);
+    if (w.resume.empty()) return;
+    // The AdamW moments: DIR/optimizer.safetensors, or its shards (one per pipeline rank that saved it).
+    std::string source;
+    std::vector<st::File> files = read_tensor_files(w.resume, "optimizer", &source);
+    if (files.empty())
+        throw std::runtime_error(w.resume + ": no optimizer.safetensors or optimizer.safetensors.index.json "
+                                 "(a checkpoint of --save-every has the AdamW moments)");
+    Optimizer& opt = *w.optim[rank];
+    for (size_t li = 0; li < layers.size(); li++)
+        for (const ParamInfo& pi : layers[li]->params_info) {
+            std::string name = pi.tied ? "ernie.embeddings.word_embeddings.weight" : pi.name;
+            for (auto [suffix, buf] : {std::pair{".exp_avg", &opt.m[li]}, {".exp_avg_sq", &opt.v[li]}}) {
+                const st::File* f = nullptr;
+                for (const st::File& file : files) f = f ? f : file.find(name + suffix) ? &file : nullptr;
+                if (!f) throw std::runtime_error(source + ": no tensor " + name + suffix);
+                std::vector<float> x = f->to_f32(name + suffix);
+                if (x.size() != pi.numel) throw std::runtime_error(f->path + ": " + name + suffix + " has the wrong size");
+                // A NaN or infinite moment, or a negative mean of squares, would surface steps
+                // later as "training diverged"; a second moment is a mean of squares.
+                bool second = std::string(suffix) == ".exp_avg_sq";
+                for (float m : x)
+                    if (!std::isfinite(m) || (second && m < 0))
+                        throw std::runtime_error(f->path + ": " + name + suffix + " holds " +
+                                                 (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
+                                                 (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
+                std::copy(x.begin(), x.end(), buf->begin() + long(pi.offset));
+            }
+        }
+}
+
+Device device_of_rank(const TrainRun& w, int rank) {
+    Device dev = w.device;
+    if (dev.cuda) dev.index = (dev.index + (w.mpi ? w.local_rank : rank)) % w.gpus;
+    return dev;
+}
+
+// plots: an evaluation goes into the metrics line of its step.
+void log_eval(TrainRun& w, const EvalResult& ev) {
+    if (ev.targets == 0) return;
+    bool classifier = w.setup->cfg.num_labels > 0;
+    w.record.eval = true, w.record.classifier = classifier;
+    w.record.eval_loss = ev.loss(), w.record.eval_metric = classifier ? ev.accuracy() : std::exp(ev.loss());
+}
 
 // The ranks run: as threads (ThreadComm, or NCCL for one GPU each), or as this process's rank.
 void run_world(TrainRun& w, bool made_out) {

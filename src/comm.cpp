@@ -67,8 +67,7 @@ void ThreadComm::post(int channel, const void* data, std::size_t bytes, int peer
         if (world_.aborted_) throw std::runtime_error("aborted: " + world_.why_);
         world_.queues_[(size_t(channel) * world_.size_ + rank_) * world_.size_ + peer].push_back(std::move(m));
     }
-    world_.cv_.notify_all();
-    beat();   // every message sent or received is progress, for the watchdog
+    world_.cv_.notify_all();   // a buffered send waits for nothing: no beat (a receive is one)
 }
 
 void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int tag) {
@@ -93,7 +92,7 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
                                  " bytes, the receive buffer " + std::to_string(bytes));
     pt::copy_bytes(data, m.bytes.data(), bytes);
     pt::synchronize();   // before the message (and its device memory) is freed
-    beat();
+    beat();   // a wait that ended is progress, for the watchdog
 }
 
 void ThreadComm::send(const void* data, std::size_t bytes, int peer, int tag) { post(0, data, bytes, peer, tag); }

@@ -2,14 +2,20 @@
 
 #include <stdexcept>
 
-#include "src/watchdog.hpp"
-
 namespace pt {
 
 Recompute parse_recompute(const std::string& s) {
     if (s == "none") return Recompute::none;
     if (s == "full") return Recompute::full;
-    throw std::runtime_error("--recompute: expected none or full, got \"" + s + "\"");
+    throw std::runtime_error("unknown recompute policy \"" + s + "\" (expected none or full)");
+}
+
+std::vector<std::vector<std::vector<int>>> split_layers(const std::vector<int>& bounds, const pp::Layout& layout) {
+    int S = layout.P * layout.V;
+    std::vector<std::vector<std::vector<int>>> out(layout.P, std::vector<std::vector<int>>(layout.V));
+    for (int s = 0; s < S; s++)
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) out[layout.rank(s)][layout.chunk(s)].push_back(l);
+    return out;
 }
 
 TransformerStage::TransformerStage(const ModelConfig& cfg, std::vector<std::vector<int>> chunk_layers,
@@ -144,7 +150,6 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputi
         if (opt_.bf16 && !(head && layer == chunks_[chunk].back())) round_bf16(next, out16);
         out.swap(next);
         in = out.data();
-        pp::beat();   // a layer done is progress: a long action is not a hang
     }
     if (recomputing) return;
     if (head) {   // the head: its output is the loss
@@ -189,7 +194,6 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
         if (opt_.bf16) f.stash[i]->pack();
         if (opt_.bf16 && !first_layer) round_bf16(din, dout16);
         dout.swap(din);
-        pp::beat();
     }
     f.grad_out.clear();
     account(f);
@@ -207,7 +211,6 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
         f.stash[i]->unpack();   // a no-op unless packed (bf16)
         layers[i]->backward_weight(*f.stash[i], mb, opt_);
         f.stash[i].reset();
-        pp::beat();
     }
     release(microbatch, chunk);
     synchronize();

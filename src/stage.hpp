@@ -17,7 +17,12 @@
 namespace pt {
 
 enum class Recompute { none, full };
-Recompute parse_recompute(const std::string& s);   // throws naming --recompute
+Recompute parse_recompute(const std::string& s);   // "none" or "full"; throws naming the policy
+
+// Which layers each rank holds: virtual stage s holds the model layers [bounds[s], bounds[s+1])
+// (a partition of the layers, pp::partition), and the layout says which rank and chunk hold s.
+// Returns [rank][chunk] = layer indices, the chunk_layers of that rank's TransformerStage.
+std::vector<std::vector<std::vector<int>>> split_layers(const std::vector<int>& bounds, const pp::Layout& layout);
 
 class TransformerStage : public pp::Stage {
  public:

@@ -7,8 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "src/watchdog.hpp"
-
 namespace pt {
 
 Optimizer::Optimizer(TransformerStage& stage) {
@@ -37,10 +35,6 @@ std::vector<int> RankPlace::everyone() const {
 }
 
 namespace {
-
-// Slot of each parameter tensor in the model-order list of per-tensor partial norms. A fixed
-// number of slots per layer lets every rank fill its own without knowing the others.
-constexpr int kSlotsPerLayer = 32;
 
 // The word embedding's two copies on this rank: the embedding layer's (pipeline rank 0) and the
 // MLM head's decoder (the last rank); null where this rank holds neither. `peer` is the rank
@@ -99,33 +93,46 @@ void check_tied(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg,
         throw std::runtime_error("tied word embedding copies differ after the optimizer step");
 }
 
-// Clipping by the global gradient norm, AdamW, and the check of the tied copies; returns the norm.
+// The global gradient norm's partials: one float64 per parameter tensor, in model order, the
+// same list on every rank whichever layers it holds. Each rank knows only its own layers' tensors,
+// so the ranks first sum their layers' tensor counts (one number per layer) to place them.
+std::vector<double> norm_partials(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at) {
+    std::vector<double> count(size_t(num_model_layers(cfg)), 0.0);   // [layer] = its parameter tensors
+    for (Layer* l : stage.layers()) count[size_t(l->index())] = double(l->params_info.size());
+    comm.allreduce_sum(count.data(), count.size(), at.pipeline_group());
+    std::vector<size_t> first(count.size() + 1, 0);   // [layer] = its first slot
+    for (size_t i = 0; i < count.size(); i++) first[i + 1] = first[i] + size_t(count[i]);
+    std::vector<double> partial(first.back(), 0.0);
+    for (Layer* l : stage.layers())
+        for (size_t i = 0; i < l->params_info.size(); i++) {
+            const ParamInfo& pi = l->params_info[i];
+            if (!pi.tied) partial[first[size_t(l->index())] + i] = dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
+        }
+    comm.allreduce_sum(partial.data(), partial.size(), at.pipeline_group());
+    return partial;
+}
+
+}   // namespace
+
+void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at) {
+    tied_sum(comm, stage, cfg, at);
+    if (at.D > 1)
+        for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), at.data_parallel_group());
+}
+
+// Clipping by the global gradient norm, AdamW, and the check of the tied copies.
 double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
                       const RankPlace& at, const Update& u) {
     // Global gradient norm from per-tensor float64 partials, summed in model order: the same
     // bits whichever rank holds which layer.
-    pp::beat("gradient norm");
-    std::vector<double> partial(size_t(num_model_layers(cfg)) * kSlotsPerLayer, 0.0);
-    for (Layer* l : stage.layers()) {
-        if (l->params_info.size() > size_t(kSlotsPerLayer)) throw std::logic_error("raise kSlotsPerLayer");
-        for (size_t i = 0; i < l->params_info.size(); i++) {
-            const ParamInfo& pi = l->params_info[i];
-            if (!pi.tied)
-                partial[l->index() * kSlotsPerLayer + i] =
-                    dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
-        }
-    }
-    comm.allreduce_sum(partial.data(), partial.size(), at.pipeline_group());
     double sumsq = 0;
-    for (double x : partial) sumsq += x;
+    for (double x : norm_partials(comm, stage, cfg, at)) sumsq += x;
     double norm = std::sqrt(sumsq);
     // Every rank knows the norm, so all stop together, before the update spreads the NaN.
     if (!std::isfinite(norm))
-        throw std::runtime_error("step " + std::to_string(u.step + 1) + ": the gradient norm is " +
-                                 (std::isnan(norm) ? "NaN" : "infinite") +
-                                 ": training diverged (lower --lr); nothing saved after the last checkpoint");
+        throw TrainingDiverged("step " + std::to_string(u.step + 1) + ": the gradient norm is " +
+                               (std::isnan(norm) ? "NaN" : "infinite") + ": training diverged");
     float coef = u.clip > 0 && norm > u.clip ? float(u.clip / (norm + 1e-6)) : 1.0f;
-    pp::beat("optimizer");
     std::vector<Layer*> layers = stage.layers();
     for (size_t li = 0; li < layers.size(); li++) {
         Layer* l = layers[li];
@@ -135,35 +142,17 @@ double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, c
                               l->grads.data() + pi.offset, int64_t(pi.numel), u.lr, 0.9f, 0.999f, 1e-8f,
                               pi.decay ? float(u.weight_decay) : 0.0f, u.step + 1);
     }
-    pp::beat("tied copies check");
     check_tied(comm, stage, cfg, at);
     return norm;
 }
 
-}   // namespace
-
-// Each phase beats the watchdog, which names the phase if the rank hangs in it.
-StepOutcome finish_step(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
-                        const RankPlace& at, const Update& u, std::vector<double>* shared,
-                        const std::function<void()>& after_grads) {
-    // Gradients: tied sum, then data-parallel sum, both in a fixed order.
-    pp::beat("tied gradient sum");
-    tied_sum(comm, stage, cfg, at);
-    pp::beat("data-parallel gradient sum");
-    if (at.D > 1)
-        for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), at.data_parallel_group());
-    if (after_grads) after_grads();
-    StepOutcome out;
-    if (u.apply) out.norm = update_weights(comm, stage, opt, cfg, at, u);
-
-    // The loss of the global batch, with the caller's slots in the same reduction.
-    pp::beat("loss");
+// The loss of the global batch, with the caller's slots in the same reduction.
+double global_loss_sum(pp::Comm& comm, const TransformerStage& stage, const RankPlace& at, std::vector<double>* shared) {
     std::vector<double> reduced = {stage.loss_sum()};
     if (shared) reduced.insert(reduced.end(), shared->begin(), shared->end());
     comm.allreduce_sum(reduced.data(), reduced.size(), at.everyone());
-    out.loss_sum = reduced[0];
     if (shared) std::copy(reduced.begin() + 1, reduced.end(), shared->begin());
-    return out;
+    return reduced[0];
 }
 
 }   // namespace pt

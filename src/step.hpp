@@ -2,12 +2,12 @@
 // rank: the tied word embedding's gradient sum, the data-parallel sum, the global gradient norm,
 // clipping, AdamW, the check that the tied copies still agree, and the loss of the global batch.
 //
-// Every rank calls finish_step after pp::Pipeline::run_step. It talks to the other ranks only
-// through pp::Comm, so the same function serves threads (ThreadComm), processes (MpiComm) and
-// GPUs (NcclComm), the trainer and the tutorials. Every sum runs in a fixed order, so any split
-// of the model over ranks gives the bits of one device.
+// train_step (src/train_step.hpp) calls these three phases after pp::Pipeline::run_step. They talk
+// to the other ranks only through pp::Comm, so the same functions serve threads (ThreadComm),
+// processes (MpiComm) and GPUs (NcclComm). Every sum runs in a fixed order, so any split of the
+// model over ranks gives the bits of one device.
 #pragma once
-#include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "pipeline.hpp"
@@ -39,18 +39,26 @@ struct Update {
     bool apply = true;   // false: the gradients are summed and the loss known, nothing is updated
 };
 
-struct StepOutcome {
-    double norm = 0;   // the global gradient norm, before clipping
-    double loss_sum = 0;   // summed over every rank's micro-batches: divide by the global targets
+// A gradient norm that is NaN or infinite: the training diverged (what to lower is the caller's
+// to say: the CLI names its flag).
+struct TrainingDiverged : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
-// After run_step on `stage`. `shared` (may be null) holds more float64 slots that are summed over
-// every rank together with the loss, in the same reduction: the trainer gathers its progress line
-// and the stop signal that way. `after_grads` (may be empty) runs once the gradients are summed,
-// before they are clipped (the trainer's --dump-grads). Throws on a NaN or infinite norm, on
-// every rank at once, before any update spreads it.
-StepOutcome finish_step(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
-                        const RankPlace& place, const Update& update, std::vector<double>* shared = nullptr,
-                        const std::function<void()>& after_grads = {});
+// 1. The gradients: the tied word embedding's two copies summed, then the data-parallel sum over
+// the replicas, both in a fixed order.
+void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& place);
+
+// 2. The global gradient norm, clipping, AdamW and the check that the tied copies agree; returns
+// the norm before clipping. Throws TrainingDiverged on a NaN or infinite norm, on every rank at
+// once, before any update spreads it.
+double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, const ModelConfig& cfg,
+                      const RankPlace& place, const Update& update);
+
+// 3. The loss summed over every rank's micro-batches. `shared` (may be null) holds more float64
+// slots that are summed over every rank in the same reduction: the trainer gathers its progress
+// line and the stop signal that way.
+double global_loss_sum(pp::Comm& comm, const TransformerStage& stage, const RankPlace& place,
+                       std::vector<double>* shared = nullptr);
 
 }   // namespace pt

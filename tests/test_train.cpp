@@ -420,6 +420,7 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --steps many", "--steps"},
         {"train --preset tiny --data " + kSample + " --objective gpt", "--objective"},
         {"train --preset tiny --data " + kSample + " --schedule fast", "--schedule"},
+        {"train --preset tiny --data " + kSample + " --recompute some", "--recompute: unknown recompute policy \"some\" (expected none or full)"},
         {"train --preset tiny --data " + kSample + " --seq 1000", "--seq"},
         {"train --preset tiny --data " + kSample + " --frobnicate 3", "--frobnicate: unknown flag (known:"},
         {"train --preset tiny --data " + kSample + " --step 3", "--step: unknown flag; did you mean --steps?"},
@@ -523,7 +524,7 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
     // A diverged run stops at the first non-finite gradient norm, before the update, saving nothing.
     Run nan = run_cli("train --preset tiny --data " + kSample + " --steps 5 --lr 1e30 --out " + out);
     CHECK(nan.code != 0);
-    CHECK(nan.out.find("step 2: the gradient norm is NaN: training diverged") != std::string::npos);
+    CHECK(nan.out.find("step 2: the gradient norm is NaN: training diverged (lower --lr)") != std::string::npos);   // the CLI's flag
     CHECK(!fs::exists(out));
     // An --out that cannot be created fails before the first step, not after the whole run.
     Run r = run_cli("train --preset tiny --data " + kSample + " --out /dev/null/model");

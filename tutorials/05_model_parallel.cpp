@@ -16,7 +16,7 @@ int main() {
     Batch batch = batch_of(data, B);
 
     std::printf("== step 1: cut the model's layers into two stages ==\n");
-    Model one = make_model(data.cfg, 1), two = make_model(data.cfg, 2);
+    Stages one = make_stages(data.cfg, 1), two = make_stages(data.cfg, 2);
     print_split(two);
     for (int p = 0; p < 2; p++) {
         size_t n = 0;
@@ -51,8 +51,8 @@ int main() {
                 "Both ranks measure from one origin, so every message arrives after it was sent.\n\n");
 
     std::printf("== step 4: the same step on one device, the same bits ==\n");
-    StepResult r1 = train_step(one, pp::gpipe(1, 1), batch);
-    StepResult r2 = train_step(two, schedule, batch);
+    StepResult r1 = step_on_threads(one, pp::gpipe(1, 1), batch);
+    StepResult r2 = step_on_threads(two, schedule, batch);
     std::printf("loss: one device %.9g, two stages %.9g\n", r1.loss, r2.loss);
     compare(two, one, true);
     compare(two, one, false);

@@ -26,7 +26,7 @@ int main() {
     for (int M : {1, 2, 4, 8}) {
         pp::Schedule schedule = pp::gpipe(P, M);
         pp::SimResult sim = pp::simulate(schedule);
-        Model model = make_model(data.cfg, P);
+        Stages model = make_stages(data.cfg, P);
         last = measure(model, schedule, batch_of(data, rows * M));
         std::printf("%3d %4d | %19.1f%% %10.1f%% %8.1f%% | %5.1f ms |", M, rows * M, 100.0 * (P - 1) / (M + P - 1),
                     100 * sim.bubble, 100 * last.bubble, last.makespan / 1000);

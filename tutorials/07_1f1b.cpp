@@ -30,7 +30,7 @@ int main() {
     std::printf("look at: the same makespan, the same bubble; only the order inside each row changed.\n\n");
 
     std::printf("== step 3: run both on %d threads, measure the stash ==\n", P);
-    Model a = make_model(data.cfg, P), b = make_model(data.cfg, P);
+    Stages a = make_stages(data.cfg, P), b = make_stages(data.cfg, P);
     print_split(a);
     StepResult ra = measure(a, gpipe, batch), rb = measure(b, one_f_one_b, batch);
     std::printf("1f1b measured:\n%s", pp::ascii_timeline(rb.events, P, 100).c_str());
@@ -48,7 +48,7 @@ int main() {
                 "little higher: the backward in flight allocates its gradients on top of the stashes.\n\n", M);
 
     std::printf("== step 4: the order changed, the bits did not ==\n");
-    train_step(a, gpipe, batch), train_step(b, one_f_one_b, batch);
+    step_on_threads(a, gpipe, batch), step_on_threads(b, one_f_one_b, batch);
     compare(b, a, false);
     std::printf("look at: every rank still runs its backwards in increasing micro-batch order, so each\n"
                 "weight gradient is summed in the same order as with GPipe or on one device.\n\n");

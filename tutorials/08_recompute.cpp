@@ -27,7 +27,7 @@ int main() {
     pp::Schedule schedule = pp::one_f_one_b(P, M);
 
     std::printf("== step 1: the same 1f1b step (P = %d, M = %d), without and with recomputation ==\n", P, M);
-    Model none = make_model(data.cfg, P, 1, Recompute::none), full = make_model(data.cfg, P, 1, Recompute::full);
+    Stages none = make_stages(data.cfg, P, 1, Recompute::none), full = make_stages(data.cfg, P, 1, Recompute::full);
     print_split(none);
     StepResult rn = measure(none, schedule, batch), rf = measure(full, schedule, batch);
     std::printf("recompute none:\n%s", pp::ascii_timeline(rn.events, P, 100).c_str());
@@ -56,7 +56,7 @@ int main() {
                 "where many micro-batches wait.\n\n", P);
 
     std::printf("== step 3: recomputation changes no bit ==\n");
-    StepResult sn = train_step(none, schedule, batch), sf = train_step(full, schedule, batch);
+    StepResult sn = step_on_threads(none, schedule, batch), sf = step_on_threads(full, schedule, batch);
     std::printf("loss: none %.9g, full %.9g\n", sn.loss, sf.loss);
     compare(full, none, true);
     compare(full, none, false);

@@ -22,9 +22,9 @@ int main() {
 
     std::printf("== step 1: one big batch against 4 accumulated micro-batches (one device) ==\n");
     // Dropout off here: a mask is keyed by the micro-batch index, and the big batch is micro-batch 0.
-    Model big = make_model(data.cfg, 1, 1, Recompute::none, 1, 0.0f), acc = make_model(data.cfg, 1, 1, Recompute::none, 1, 0.0f);
-    StepResult rb = train_step(big, pp::gpipe(1, 1), batch, 0, false);
-    StepResult ra = train_step(acc, pp::gpipe(1, 4), batch, 0, false);
+    Stages big = make_stages(data.cfg, 1, 1, Recompute::none, 1, 0.0f), acc = make_stages(data.cfg, 1, 1, Recompute::none, 1, 0.0f);
+    StepResult rb = step_on_threads(big, pp::gpipe(1, 1), batch, 0, false);
+    StepResult ra = step_on_threads(acc, pp::gpipe(1, 4), batch, 0, false);
     std::printf("loss: big batch %.9g, 4 micro-batches %.9g\n", rb.loss, ra.loss);
     double rel = compare(acc, big, true);
     std::printf("look at: a relative difference of %.1e is float rounding (2^-24 = 6e-8): each weight gradient\n"
@@ -32,10 +32,10 @@ int main() {
 
     std::printf("== step 2: 2 replicas × 2 stages, 2 micro-batches each, against 1 replica × 4 micro-batches ==\n");
     pp::Schedule s2 = pp::one_f_one_b(2, 2), s4 = pp::one_f_one_b(2, 4);
-    Model dp = make_model(data.cfg, 2, 1, Recompute::none, 2), pp1 = make_model(data.cfg, 2, 1, Recompute::none, 1);
+    Stages dp = make_stages(data.cfg, 2, 1, Recompute::none, 2), pp1 = make_stages(data.cfg, 2, 1, Recompute::none, 1);
     if (std::thread::hardware_concurrency() < 4)
         std::printf("(%u cores for 4 stage threads: the timeline is stretched)\n", std::thread::hardware_concurrency());
-    StepResult rd = train_step(dp, s2, batch), rp = train_step(pp1, s4, batch);
+    StepResult rd = step_on_threads(dp, s2, batch), rp = step_on_threads(pp1, s4, batch);
     std::printf("replica 0 of dp (its 2 micro-batches are global micro-batches 0 and 1):\n%s",
                 pp::ascii_timeline(rd.events, 2, 80).c_str());
     std::printf("the single replica:\n%s", pp::ascii_timeline(rp.events, 2, 80).c_str());

@@ -43,15 +43,15 @@ int main() {
                 100.0 * (P - 1) / (M + P - 1), 100.0 * (P - 1) / (2 * M + P - 1), 100.0 * (P - 1) / (3 * M + P - 1));
 
     std::printf("== step 3: measured, one thread per rank ==\n");
-    print_split(make_model(data.cfg, P, 1));
-    print_split(make_model(data.cfg, P, 2));
+    print_split(make_stages(data.cfg, P, 1));
+    print_split(make_stages(data.cfg, P, 2));
     std::printf("%-16s | bubble simulated  measured | step ms | messages on rank 0\n", "schedule");
     std::vector<std::string> charts;
     StepResult noisiest;
     bool larger = true;
     for (size_t i = 0; i < cases.size(); i++) {
         const Case& c = cases[i];
-        Model model = make_model(data.cfg, P, c.V);
+        Stages model = make_stages(data.cfg, P, c.V);
         StepResult r = measure(model, c.schedule, batch);
         int messages = 0;
         for (const pp::Event& e : r.events)

@@ -28,9 +28,9 @@ int main() {
     Device gpu = gpus ? parse_device("cuda") : Device{};
     if (gpus) {
         std::printf("== step 2: one step on the CPU and on the GPU, from the same weights ==\n");
-        Model cpu_model = make_model(data.cfg, P), gpu_model = make_model(data.cfg, P);
+        Stages cpu_model = make_stages(data.cfg, P), gpu_model = make_stages(data.cfg, P);
         gpu_model.device = gpu;
-        StepResult c = train_step(cpu_model, schedule, batch, 0, false), g = train_step(gpu_model, schedule, batch, 0, false);
+        StepResult c = step_on_threads(cpu_model, schedule, batch, 0, false), g = step_on_threads(gpu_model, schedule, batch, 0, false);
         std::printf("  loss: cpu %.9f  gpu %.9f  relative difference %.1e\n", c.loss, g.loss, std::fabs(g.loss - c.loss) / c.loss);
         compare(gpu_model, cpu_model, true);
         std::printf("look at: about 1e-6, not 0. A GPU kernel adds the same numbers in another order (a tree\n"
@@ -38,7 +38,7 @@ int main() {
     }
 
     std::printf("== step 3: the measured timeline, 1F1B, P = %d, M = %d, %d rows of %d tokens each ==\n", P, M, rows, T);
-    Model model = make_model(data.cfg, P);
+    Stages model = make_stages(data.cfg, P);
     model.device = gpu;
     print_split(model);
     StepResult r = measure(model, schedule, batch);
@@ -60,9 +60,9 @@ int main() {
 
     if (gpus) {
         std::printf("== step 4: two GPU runs give the same bits ==\n");
-        Model a = make_model(data.cfg, P), b = make_model(data.cfg, P);
+        Stages a = make_stages(data.cfg, P), b = make_stages(data.cfg, P);
         a.device = b.device = gpu;
-        for (int step = 0; step < 2; step++) train_step(a, schedule, batch, step), train_step(b, schedule, batch, step);
+        for (int step = 0; step < 2; step++) step_on_threads(a, schedule, batch, step), step_on_threads(b, schedule, batch, step);
         compare(a, b, false);
         std::printf("look at: bitwise equal. Every CUDA reduction runs in a fixed order (no atomics), so the\n"
                     "GPU is deterministic even though it is not bitwise equal to the CPU.\n\n");

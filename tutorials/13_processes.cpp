@@ -2,7 +2,7 @@
 //
 // Until now every rank was a thread of one process, and a message was a copy between queues in
 // one memory (src/comm.hpp). Here each rank is a process of its own, started by mpirun, and the
-// messages go through MPI (src/mpi_comm.hpp). The stage, pp::Pipeline and finish_step are the
+// messages go through MPI (src/mpi_comm.hpp). The stage, pp::Pipeline and train_step are the
 // same; only the pp::Comm changes. This binary re-launches itself as the four workers (--worker
 // DIR): each builds only its own stage, runs the step and writes its parameters and timeline
 // into DIR, and this process reads them back and compares them with the threads'.
@@ -46,19 +46,20 @@ int worker(const std::string& dir) {
     pp::run_mpi_rank(world, [&](pp::Comm& comm) {   // a throw here ends the job with "rank R (HOST): why"
         Data data = read_data(T);   // silently: the launcher already said which corpus
         Batch batch = batch_of(data, rows * M);
-        stage = make_stage(data.cfg, split_layers(data.cfg, P)[rank]);
+        stage = make_stage(data.cfg, split_by_flops(data.cfg, P)[rank]);
         Optimizer opt(*stage);
         pp::Pipeline pipe(pp::one_f_one_b(P, M), 1, *stage, comm, rank, at.pipeline_group());
-        for (int i = 0; i < 2; i++) {   // as lab::train_step does it, twice: without and with the update
-            stage->zero_grads();
-            stage->begin_step(&batch, rows, 0, 0, 1.0f / float(batch.num_targets()));
-            comm.barrier();   // start the clocks together
-            auto exit = std::chrono::steady_clock::now();
-            pipe.run_step(exit);   // events in µs since this process's own barrier exit
-            origin = std::chrono::duration<double, std::micro>(exit.time_since_epoch()).count();
+        for (int i = 0; i < 2; i++) {   // as lab::step_on_threads does it, twice: without and with the update
+            StepHooks hooks;
+            hooks.start = [&] {
+                comm.barrier();   // start the clocks together
+                auto exit = std::chrono::steady_clock::now();   // events in µs since this process's own barrier exit
+                origin = std::chrono::duration<double, std::micro>(exit.time_since_epoch()).count();
+                return exit;
+            };
             Update u;
             u.apply = i == 1;
-            finish_step(comm, *stage, opt, data.cfg, at, u);
+            train_step(pipe, comm, *stage, opt, data.cfg, at, batch, M, u, hooks);
         }
         events = pipe.timeline();
     });
@@ -92,7 +93,7 @@ size_t param_bytes(TransformerStage& stage) {
 }
 
 // Steps 2 and 3: launches this binary as the P workers, reads their files back, compares.
-int processes(Model& threads, const StepResult& rt) {
+int processes(Stages& threads, const StepResult& rt) {
     std::string dir = std::filesystem::absolute(fresh_run_dir("13")).string();   // this run's own
     std::string cmd = "timeout 120 '" PT_SOURCE_DIR "/scripts/mpirun.sh' " + std::to_string(P) + " '" +
                       std::filesystem::read_symlink("/proc/self/exe").string() + "' --worker '" + dir + "'";
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
     pp::Schedule schedule = pp::one_f_one_b(P, M);
 
     std::printf("== step 1: one 1F1B step, P = %d, M = %d, the ranks as threads ==\n", P, M);
-    Model threads = make_model(data.cfg, P);
+    Stages threads = make_stages(data.cfg, P);
     print_split(threads);
     size_t all = 0;
     std::printf("parameters per rank:");
@@ -169,8 +170,8 @@ int main(int argc, char** argv) {
         all += param_bytes(*stage);
     }
     std::printf(" (%s in all)\n", kb(double(all)).c_str());
-    train_step(threads, schedule, batch, 0, false);   // a warm-up: caches and allocations
-    StepResult rt = train_step(threads, schedule, batch);
+    step_on_threads(threads, schedule, batch, 0, false);   // a warm-up: caches and allocations
+    StepResult rt = step_on_threads(threads, schedule, batch);
     std::printf("%s  step %.2f ms\n", pp::ascii_timeline(rt.events, P, 100).c_str(), rt.makespan / 1000);
     std::printf("look at: the timeline of tutorial 07; every message is a copy inside one process.\n\n");
 

@@ -61,11 +61,11 @@ int main() {
     std::printf("== step 4: ZB-V trains with the bits of one device ==\n");
     Data data = load_data(32);
     Batch batch = batch_of(data, 2 * 4);
-    Model one = make_model(data.cfg, 1), vee = make_model(data.cfg, 2, 2, Recompute::none, 1, 0.1f, pp::Placement::vee);
+    Stages one = make_stages(data.cfg, 1), vee = make_stages(data.cfg, 2, 2, Recompute::none, 1, 0.1f, pp::Placement::vee);
     print_split(vee);
     for (int step = 0; step < 2; step++) {
-        train_step(one, pp::gpipe(1, 4), batch, step);
-        train_step(vee, pp::zbv(2, 4), batch, step);
+        step_on_threads(one, pp::gpipe(1, 4), batch, step);
+        step_on_threads(vee, pp::zbv(2, 4), batch, step);
     }
     compare(vee, one, false);
     std::printf("look at: rank 0's two chunks hold the embedding and the head, so the tied embedding's\n"

@@ -1,10 +1,11 @@
 // tutorials/common.hpp — what tutorials 05–13 share: the tiny model on a batch of the shipped
 // sample corpus, split over P stages (threads), and one training step through pp::Pipeline.
 //
-// train_step is the CLI's step (src/cli/trainer.cpp, run_rank) cut to the mechanism: every rank runs
-// its actions on its own thread, then the step's second half that the CLI runs too (src/step.hpp):
-// the tied word embedding's two gradients summed (embedding's + head's, always in that order),
-// with D replicas the data-parallel sum, the global norm, clipping, AdamW and the loss.
+// step_on_threads runs the step every rank of the CLI runs (pt::train_step, src/train_step.hpp:
+// gradient accumulation and data parallelism), each rank on its own thread: the micro-batches
+// through the schedule, then the tied word embedding's two gradients summed (embedding's + head's,
+// always in that order), with D replicas the data-parallel sum, the global norm, clipping, AdamW
+// and the loss.
 #pragma once
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "src/formats/tokenizer.hpp"
 #include "src/stage.hpp"
 #include "src/step.hpp"
+#include "src/train_step.hpp"
 
 namespace lab {
 
@@ -67,9 +69,9 @@ inline Batch batch_of(const Data& d, int B, int index = 0) {
     return make_batch(d.seqs, index, B, Objective::mlm, d.special, 1);
 }
 
-// P ranks × V chunks (× D data-parallel replicas). Every Model is initialized from seed 1, so all
-// of them start from the same bits whatever their split.
-struct Model {
+// The stages of P ranks × V chunks (× D data-parallel replicas), all in this process. Every Stages
+// is initialized from seed 1, so all of them start from the same bits whatever their split.
+struct Stages {
     ModelConfig cfg;
     int P = 1, V = 1, D = 1;
     std::vector<std::vector<std::vector<int>>> split;         // [rank][chunk] = layer indices
@@ -89,15 +91,11 @@ struct Model {
 // The layers are split by their FLOPs per token (deterministic, unlike measured time, so every
 // run prints the same split) over the P*V virtual stages; which rank and chunk hold stage s is
 // the placement's (loop: rank s % P, chunk s / P).
-inline std::vector<std::vector<std::vector<int>>> split_layers(const ModelConfig& cfg, int P, int V = 1,
-                                                               pp::Placement placement = pp::Placement::loop) {
+inline std::vector<std::vector<std::vector<int>>> split_by_flops(const ModelConfig& cfg, int P, int V = 1,
+                                                                 pp::Placement placement = pp::Placement::loop) {
     std::vector<double> flops;
     for (int i = 0; i < num_model_layers(cfg); i++) flops.push_back(layer_flops_per_token(cfg, i, 32));
-    std::vector<int> bounds = pp::partition(flops, P * V);
-    std::vector<std::vector<std::vector<int>>> split(P, std::vector<std::vector<int>>(V));   // [rank][chunk]
-    for (int s = 0; s < P * V; s++)
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) split[pp::Layout{P, V, placement}.rank(s)][s / P].push_back(l);
-    return split;
+    return split_layers(pp::partition(flops, P * V), pp::Layout{P, V, placement});   // [rank][chunk]
 }
 
 // One rank's stage, every layer initialized from seed 1: any split (and any process) starts from
@@ -111,11 +109,11 @@ inline std::unique_ptr<TransformerStage> make_stage(const ModelConfig& cfg, cons
     return stage;
 }
 
-inline Model make_model(const ModelConfig& cfg, int P, int V = 1, Recompute recompute = Recompute::none,
-                        int D = 1, float dropout = 0.1f, pp::Placement placement = pp::Placement::loop) {
-    Model m;
+inline Stages make_stages(const ModelConfig& cfg, int P, int V = 1, Recompute recompute = Recompute::none,
+                          int D = 1, float dropout = 0.1f, pp::Placement placement = pp::Placement::loop) {
+    Stages m;
     m.cfg = cfg, m.P = P, m.V = V, m.D = D;
-    m.split = split_layers(cfg, P, V, placement);
+    m.split = split_by_flops(cfg, P, V, placement);
     for (int i = 0; i < P * D; i++) {
         m.stages.push_back(make_stage(cfg, m.split[i % P], recompute, dropout));
         m.optim.push_back(std::make_unique<Optimizer>(*m.stages.back()));
@@ -129,26 +127,13 @@ struct StepResult {
     double spread = 0;   // measure(): (slowest - fastest) / fastest of its repeated steps
 };
 
-inline double measured_bubble(const std::vector<pp::Event>& events, int P, double* makespan = nullptr) {
-    double busy = 0, span = 0;
-    for (const pp::Event& e : events) {
-        span = std::max(span, e.end);
-        if (!e.comm) busy += e.end - e.start;
-    }
-    if (makespan) *makespan = span;
-    return span > 0 ? 1.0 - busy / (P * span) : 0.0;
-}
-
-// One optimizer step on `batch`, M micro-batches per replica (M is read off the schedule). With
-// update false the gradients are summed and the loss known, and the weights stay as they were.
-inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch& batch, int step = 0,
-                             bool update = true) {
+// One optimizer step on `batch`, M micro-batches per replica (M is read off the schedule), every
+// rank on a thread of its own. With update false the gradients are summed and the loss known, and
+// the weights stay as they were.
+inline StepResult step_on_threads(Stages& m, const pp::Schedule& schedule, const Batch& batch, int step = 0,
+                                  bool update = true) {
     int M = 0;
     for (const pp::Action& a : schedule[0]) M += a.op == pp::Op::F && a.chunk == 0;
-    int rows = batch.B / m.D;
-    std::vector<Batch> local;
-    for (int d = 0; d < m.D; d++) local.push_back(batch.slice(d * rows, rows));
-    float loss_scale = 1.0f / float(batch.num_targets());   // the loss is the mean over the GLOBAL batch
     std::vector<std::vector<pp::Event>> events(m.P * m.D);
     double loss_sum = 0;
     std::chrono::steady_clock::time_point origin;   // rank 0 reads the clock once; every rank uses it
@@ -163,17 +148,17 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
         set_device(dev, rank);
         stage.to(dev), opt.to(dev);   // the weights and moments visit the GPU for the step
         pp::Pipeline pipe(schedule, m.V, stage, comm, at.p, at.pipeline_group(), pp::plan_for(schedule, m.V));
-        stage.zero_grads();
-        // Replica d's micro-batches are global micro-batches d*M .. d*M+M-1: the dropout key.
-        stage.begin_step(&local[at.d], rows / M, at.d * M, uint32_t(step), loss_scale);
-        comm.barrier();   // start together...
-        if (rank == 0) origin = std::chrono::steady_clock::now();
-        comm.barrier();   // ...on one time axis: a receive can then never end before its send starts
-        pipe.run_step(origin);
-        events[rank] = pipe.timeline();
+        StepHooks hooks;
+        hooks.start = [&] {
+            comm.barrier();   // start together...
+            if (rank == 0) origin = std::chrono::steady_clock::now();
+            comm.barrier();   // ...on one time axis: a receive can then never end before its send starts
+            return origin;
+        };
         Update u;
         u.step = step, u.apply = update;
-        StepOutcome o = finish_step(comm, stage, opt, m.cfg, at, u);
+        StepOutcome o = train_step(pipe, comm, stage, opt, m.cfg, at, batch, M, u, hooks);
+        events[rank] = pipe.timeline();
         if (rank == 0) loss_sum = o.loss_sum;
         stage.to(Device{}), opt.to(Device{});
     });
@@ -186,11 +171,11 @@ inline StepResult train_step(Model& m, const pp::Schedule& schedule, const Batch
 
 // The fastest of `repeats` steps without an update: the first one warms the caches up, and the
 // fastest is the one least disturbed by other programs on the cores.
-inline StepResult measure(Model& m, const pp::Schedule& schedule, const Batch& batch, int repeats = 5) {
+inline StepResult measure(Stages& m, const pp::Schedule& schedule, const Batch& batch, int repeats = 5) {
     StepResult best;
     double slowest = 0;
     for (int i = 0; i < repeats; i++) {
-        StepResult r = train_step(m, schedule, batch, 0, false);
+        StepResult r = step_on_threads(m, schedule, batch, 0, false);
         if (i == 0 || r.makespan < best.makespan) best = r;
         slowest = std::max(slowest, r.makespan);
     }
@@ -200,7 +185,7 @@ inline StepResult measure(Model& m, const pp::Schedule& schedule, const Batch& b
 
 // Replica 0's parameters (or gradients) of a and b: prints "bitwise equal" or the first
 // differing tensor, returns |a - b| / |b| over all of them.
-inline double compare(const Model& a, const Model& b, bool grads) {
+inline double compare(const Stages& a, const Stages& b, bool grads) {
     std::vector<Layer*> la = a.layers(), lb = b.layers();
     double diff = 0, norm = 0;
     std::string first;
@@ -223,7 +208,7 @@ inline double compare(const Model& a, const Model& b, bool grads) {
 }
 
 // "rank 0: [0 1 2] | rank 1: [3 4 5]"; with V > 1 one [...] per chunk.
-inline void print_split(const Model& m) {
+inline void print_split(const Stages& m) {
     std::printf("layers (0 = embedding, 1..%d = blocks, %d = head):", m.cfg.num_hidden_layers, m.cfg.num_hidden_layers + 1);
     for (int p = 0; p < m.P; p++) {
         std::printf("%s rank %d:", p ? " |" : "", p);

@@ -20,6 +20,7 @@
 #include "src/comm.hpp"
 #include "src/formats/io.hpp"
 #include "src/stage.hpp"
+#include "src/train_step.hpp"
 
 namespace pt {
 
@@ -111,18 +112,18 @@ Cost in_run_cost(const std::vector<pp::Event>& events, int P, const Cost& iso) {
 
 // `steps` + 1 pipelined steps (the first warms up and is not counted); virtual stage s holds
 // layers [bounds[s], bounds[s+1]), placed on the ranks as the schedule says. The makespan of a
-// step is the latest event end over the ranks, whose clocks start together after a barrier. No
-// optimizer: it costs the same on any split.
+// step is the latest event end over the ranks, whose clocks start together after a barrier. The
+// steps go through train_step without the update: the optimizer costs the same on any split.
 Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, int V, const std::vector<int>& bounds,
                       const Batch& batch, int M, const RunOptions& opt, int steps) {
     int P = int(schedule.size());
-    std::vector<std::vector<std::vector<int>>> split(P, std::vector<std::vector<int>>(V));
-    for (int s = 0; s < P * V; s++)
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) split[pp::Layout{P, V, schedule.placement}.rank(s)][s / P].push_back(l);
+    std::vector<std::vector<std::vector<int>>> split = split_layers(bounds, pp::Layout{P, V, schedule.placement});
     std::vector<std::unique_ptr<TransformerStage>> stages;
+    std::vector<std::unique_ptr<Optimizer>> optim;   // unused: no update
     for (int p = 0; p < P; p++) {
         stages.push_back(std::make_unique<TransformerStage>(cfg, split[p], Recompute::none, opt));
         for (Layer* l : stages.back()->layers()) l->init(1, 0.02f);
+        optim.push_back(std::make_unique<Optimizer>(*stages.back()));
     }
     std::vector<std::vector<std::vector<pp::Event>>> timelines(steps + 1, std::vector<std::vector<pp::Event>>(P));
     std::vector<int> ranks(P);
@@ -131,25 +132,26 @@ Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, int 
     pp::run_ranks(world, [&](int rank) {
         pp::ThreadComm comm(world, rank);
         pp::Pipeline pipe(schedule, V, *stages[rank], comm, rank, ranks, pp::plan_for(schedule, V));
-        for (int step = 0; step <= steps; step++) {
-            stages[rank]->zero_grads();
-            stages[rank]->begin_step(&batch, batch.B / M, 0, uint32_t(step), 1.0f / float(batch.num_targets()));
+        StepHooks hooks;
+        hooks.start = [&] {
             comm.barrier();
-            pipe.run_step();
+            return Clock::now();
+        };
+        for (int step = 0; step <= steps; step++) {
+            Update u;
+            u.step = step, u.apply = false;
+            train_step(pipe, comm, *stages[rank], *optim[rank], cfg, RankPlace{P, 1, rank, 0}, batch, M, u, hooks);
             timelines[step][rank] = pipe.timeline();
         }
     });
     std::vector<std::pair<double, int>> spans;
     std::vector<double> bubbles;
     for (int step = 1; step <= steps; step++) {
-        double span = 0, busy = 0;
-        for (const auto& events : timelines[step])
-            for (const pp::Event& e : events) {
-                span = std::max(span, e.end);
-                if (!e.comm) busy += e.end - e.start;
-            }
+        std::vector<pp::Event> all;
+        for (const auto& events : timelines[step]) all.insert(all.end(), events.begin(), events.end());
+        double span = 0;
+        bubbles.push_back(measured_bubble(all, P, &span));
         spans.push_back({span, step});
-        bubbles.push_back(1.0 - busy / (P * span));
     }
     std::sort(spans.begin(), spans.end());
     Measured m;

@@ -10,7 +10,7 @@
 
 namespace pt {
 
-int train_main(const std::vector<std::string>& args, const std::string& program);   // trainer.cpp
+int train_main(const std::vector<std::string>& args, const std::string& program);   // train_flags.cpp
 int train_main(const std::vector<std::string>& args);   // program: "pipetrain"
 int eval_main(const std::vector<std::string>& args);
 int schedule_main(const std::vector<std::string>& args);

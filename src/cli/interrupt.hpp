@@ -2,7 +2,7 @@
 //
 // A signal handler may do almost nothing (only async-signal-safe calls), so the first SIGINT or
 // SIGTERM only records itself; the training loop reads interrupt_signal() at the end of every step
-// and agrees with the other ranks on stopping there (src/cli/trainer.cpp, run_rank). A second signal
+// and agrees with the other ranks on stopping there (src/cli/train_run.cpp, run_rank). A second signal
 // cannot wait for that: it writes one fixed line and ends the process at once (_exit), with the
 // shell's code for that signal, 128 + its number: 130 for SIGINT, 143 for SIGTERM. What was
 // committed stays whole (every commit is an atomic rename); what was being staged is removed by

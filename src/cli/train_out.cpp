@@ -1,0 +1,346 @@
+// src/cli/train_out.cpp — --out, checkpoints and --resume, replica 0's layers and timelines
+// gathered on rank 0, the final model.
+#include "src/cli/train.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "pipeline_lab.hpp"
+#include "src/cli/args.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/device.hpp"
+#include "src/cli/interrupt.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/lifecycle.hpp"
+#include "src/formats/safetensors.hpp"
+#include "src/stage.hpp"
+#include "src/step.hpp"
+#include "src/formats/trainer_state.hpp"
+#include "src/watchdog.hpp"
+
+namespace pt {
+
+namespace {
+
+// Rank 0 gets every rank's bytes (its own included), in rank order; the others send theirs.
+std::vector<std::string> gather_bytes(pp::Comm& comm, int rank, const std::string& mine, int tag) {
+    std::vector<std::string> all;
+    if (rank != 0) {
+        uint64_t n = mine.size();
+        comm.send(&n, sizeof n, 0, tag);
+        comm.send(mine.data(), n, 0, tag + 1);
+        return all;
+    }
+    all.push_back(mine);
+    for (int r = 1; r < comm.size(); r++) {
+        uint64_t n = 0;
+        comm.recv(&n, sizeof n, r, tag);
+        std::string bytes(n, '\0');
+        comm.recv(bytes.data(), n, r, tag + 1);
+        all.push_back(std::move(bytes));
+    }
+    return all;
+}
+
+// A timeline as bytes, to travel to rank 0: per event rank, op, micro-batch, chunk, comm, start,
+// end, and the detail's length and text.
+std::string pack_events(const std::vector<pp::Event>& events) {
+    std::string out;
+    auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+    for (const pp::Event& e : events) {
+        int32_t ints[5] = {e.rank, int32_t(e.action.op), e.action.microbatch, e.action.chunk, e.comm};
+        uint32_t len = uint32_t(e.detail.size());
+        put(ints, sizeof ints), put(&e.start, sizeof e.start), put(&e.end, sizeof e.end), put(&len, sizeof len);
+        put(e.detail.data(), len);
+    }
+    return out;
+}
+
+std::vector<pp::Event> unpack_events(const std::string& bytes) {
+    std::vector<pp::Event> events;
+    size_t at = 0;
+    auto get = [&](void* p, size_t n) {
+        if (at + n > bytes.size()) throw std::runtime_error("--trace: a rank sent a truncated timeline");
+        std::memcpy(p, bytes.data() + at, n), at += n;
+    };
+    while (at < bytes.size()) {
+        pp::Event e;
+        int32_t ints[5];
+        uint32_t len = 0;
+        get(ints, sizeof ints), get(&e.start, sizeof e.start), get(&e.end, sizeof e.end), get(&len, sizeof len);
+        e.rank = ints[0], e.action = {pp::Op(ints[1]), ints[2], ints[3]}, e.comm = ints[4] != 0;
+        e.detail.resize(len);
+        get(e.detail.data(), len);
+        events.push_back(std::move(e));
+    }
+    return events;
+}
+
+// This rank's clock minus rank 0's, in µs of the w.origin axis (Cristian's method): the rank sends
+// its time, rank 0 answers with its own, and of 16 round trips the shortest is believed, with rank
+// 0's answer assumed halfway through it. So the offset is off by at most half that round trip,
+// returned in *error_us. Ranks in rank 0's process share its clock and origin: 0, exactly.
+double clock_offset_us(TrainRun& w, pp::Comm& comm, int rank, double* error_us) {
+    const int rounds = 16, tag = pp::kTagClock;
+    auto now = [&] { return std::chrono::duration<double, std::micro>(Clock::now() - w.origin).count(); };
+    *error_us = 0;
+    if (rank == 0) {
+        for (int r = 1; r < comm.size(); r++)
+            for (int k = 0; k < rounds && !w.stages[r]; k++) {
+                double t = 0;
+                comm.recv(&t, sizeof t, r, tag);
+                t = now();
+                comm.send(&t, sizeof t, r, tag);
+            }
+        return 0;
+    }
+    if (w.stages[0]) return 0;
+    double offset = 0, best = 1e300;
+    for (int k = 0; k < rounds; k++) {
+        double t1 = now(), t0 = 0;
+        comm.send(&t1, sizeof t1, 0, tag);
+        comm.recv(&t0, sizeof t0, 0, tag);
+        double t2 = now();
+        if (t2 - t1 < best) best = t2 - t1, offset = t0 - (t1 + t2) / 2;
+    }
+    *error_us = best / 2;
+    return offset;
+}
+
+// A word for a POSIX shell: as it is when that is safe, else in single quotes.
+std::string shell_quoted(const std::string& word) {
+    bool plain = !word.empty();
+    for (char c : word) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-+=/.,:@%", c));
+    if (plain) return word;
+    std::string q = "'";
+    for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// An --out that holds another run's model or checkpoints would be silently replaced: refused unless
+// --overwrite says so, or the run continues one of those checkpoints (--resume OUT/checkpoint-N).
+void check_not_replacing(const TrainRun& w, const Args& a) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (a.has("--overwrite") || !fs::is_directory(w.out, ec)) return;
+    if (a.has("--resume") && fs::weakly_canonical(a.str("--resume")).parent_path() == fs::weakly_canonical(w.out)) return;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(w.out, ec)) {
+        std::string name = e.path().filename().string();
+        bool checkpoint = name.size() > 11 && name.size() <= 20 && name.rfind("checkpoint-", 0) == 0 &&
+                          name.find_first_not_of("0123456789", 11) == std::string::npos;   // not a staging name
+        if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" || checkpoint)
+            names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    std::string found;
+    for (const std::string& name : names) found += (found.empty() ? "" : ", ") + name;
+    if (!found.empty())
+        throw std::runtime_error("--out: " + w.out + " already holds a model (" + found + "), which this run would replace: "
+                                 "choose another --out, or add --overwrite");
+}
+
+}  // namespace
+
+// Replica 0's layers in model order, on rank 0, for an evaluation, a save or --dump-grads (`grads`:
+// their gradients). Rank 0 reads the layers of its own process's ranks where they are; every other
+// rank of replica 0 sends its layers, which land in fresh layers that `held` keeps. Every rank
+// calls it; it returns nothing on the others. Rank 0 thus holds one copy of the model.
+std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool grads, std::vector<std::unique_ptr<Layer>>& held) {
+    std::vector<Layer*> all;
+    bool with_root = w.stages[0] != nullptr;   // rank 0 runs in this process
+    for (int i = 0; i < num_model_layers(w.setup->cfg); i++) {
+        int owner = w.owner[i];
+        if (with_root && w.stages[owner]) {
+            if (rank == 0) all.push_back(w.stages[owner]->layer(i));
+        } else if (rank == owner) {
+            Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
+            comm.send(b.data(), b.size() * sizeof(float), 0, pp::kTagLayer + i);
+        } else if (rank == 0) {
+            held.push_back(make_layer(w.setup->cfg, i));
+            Buf& b = grads ? held.back()->grads : held.back()->params;
+            comm.recv(b.data(), b.size() * sizeof(float), owner, pp::kTagLayer + i);
+            all.push_back(held.back().get());
+        }
+    }
+    return all;
+}
+
+// OUT/checkpoint-<step>/: the model directory, the AdamW moments (under "<parameter>.exp_avg" /
+// ".exp_avg_sq") and trainer_state.json, written into OUT/.tmp-checkpoint-N, sealed by a manifest
+// and committed in one step (src/formats/lifecycle.hpp). With P > 1 every pipeline rank of replica 0 writes
+// its own layers, as one shard of Hugging Face's sharded layout (model-0000k-of-0000P.safetensors,
+// optimizer-0000k-of-0000P.safetensors, and an index for each). Rank 0 commits once every shard is
+// written: a crash of any rank before leaves an unsealed staging directory, which loads nowhere and
+// the next start removes. Only the last `keep` checkpoints are kept; older ones go through the trash.
+void save_checkpoint(TrainRun& w, pp::Comm& comm, int rank, int step) {
+    auto t0 = Clock::now();
+    std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = staging_path(dir);
+    if (rank == 0) stage_dir(dir);
+    comm.barrier();   // the staging directory exists
+    if (rank < w.P) {
+        TransformerStage& stage = *w.stages[rank];
+        Optimizer& opt = *w.optim[rank];
+        bool sharded = w.P > 1;
+        write_weights(tmp + "/" + (sharded ? shard_name("model", rank, w.P) : "model.safetensors"), stage.layers(), w.save_format);
+        pp::beat();   // a save of a large model is progress for the watchdog, file by file
+        st::Writer moments;
+        std::vector<Layer*> layers = stage.layers();
+        for (size_t li = 0; li < layers.size(); li++)
+            for (const ParamInfo& pi : layers[li]->params_info) {
+                if (pi.tied) continue;   // the same moments as the word embedding's
+                moments.add_f32(pi.name + ".exp_avg", pi.shape, opt.m[li].data() + pi.offset);
+                moments.add_f32(pi.name + ".exp_avg_sq", pi.shape, opt.v[li].data() + pi.offset);
+            }
+        moments.write(tmp + "/" + (sharded ? shard_name("optimizer", rank, w.P) : "optimizer.safetensors"));
+        pp::beat();
+    }
+    comm.barrier();   // every shard is written (each write is fsynced)
+    if (rank != 0) return;
+    write_model_info(tmp, w.setup->cfg, w.setup->vocab);
+    if (w.P > 1) write_shard_index(tmp, "model", w.P), write_shard_index(tmp, "optimizer", w.P);
+    nlohmann::json state = w.state;
+    state["step"] = step;
+    write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
+    double hashing = 0;
+    uint64_t bytes = seal_dir(tmp, &hashing);
+    pp::beat();
+    commit_dir(tmp, dir);
+    std::vector<std::pair<int, std::string>> all;
+    for (const auto& e : std::filesystem::directory_iterator(w.out)) {
+        std::string name = e.path().filename().string();
+        if (name.rfind("checkpoint-", 0) != 0 || name.size() > 20 ||
+            name.find_first_not_of("0123456789", 11) != std::string::npos || name.size() == 11)
+            continue;
+        int n = std::atoi(name.c_str() + 11);   // a later one is another run's: not ours to delete
+        if (n <= step) all.push_back({n, e.path().string()});
+    }
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i + size_t(w.keep) < all.size(); i++) trash(all[i].second);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("  saved %s (%s in %.2f s, of which %.2f s hashing for the manifest)\n", dir.c_str(),
+                human_bytes(double(bytes)).c_str(), secs, hashing);
+}
+
+// --resume DIR: the step to continue from and the AdamW moments; the weights were loaded like
+// --model. Everything that decides the bits (seed, batch, sequence length, objective, schedule
+// of the learning rate) must match, or the run would silently differ from an uninterrupted one.
+// DIR/trainer_state.json, read once (src/formats/trainer_state.hpp): its settings default the flags
+// (resume_defaults), then must match the run (check_resume_state).
+nlohmann::json read_trainer_state(const std::string& dir) {
+    verify_dir(dir);   // a sealed checkpoint is checked whole before any of it is believed
+    std::string path = dir + "/trainer_state.json";
+    return parse_trainer_state(read_file(path), path);
+}
+
+void check_resume_state(TrainRun& w, const std::string& dir, const nlohmann::json& saved) {
+    for (const auto& [key, value] : w.state.items())
+        if (!saved.contains(key) || saved[key] != value)
+            throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
+                                     (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " +
+                                     value.dump() + ": omit --" + key + " to continue with the checkpoint's");
+    if (saved["step"].get<int64_t>() > w.steps)
+        throw std::runtime_error("--steps: the checkpoint is at step " + saved["step"].dump());
+    w.start_step = saved["step"].get<int>();
+    w.resume = dir;   // each rank loads its moments (make_rank)
+}
+
+// --resume DIR: the settings the checkpoint records ("seed", "lr", ... "save-format") are the
+// defaults of the flags of the same names, so a plain `--resume DIR --data F --out O` continues
+// the run; given ones must match them (check_resume_state), except --save-format.
+void resume_defaults(Args& a, const nlohmann::json& saved) {
+    for (const auto& [key, value] : saved.items())   // the allow-listed keys (read_trainer_state)
+        if (key != "step") a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
+}
+
+// After the last step: every rank's timeline of it, on rank 0's clock, to rank 0.
+void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::Event>& timeline) {
+    // Measured now, right after the step it is for: clocks drift apart (a few µs a second).
+    double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
+    std::vector<pp::Event> events = timeline;
+    for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
+    std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), pp::kTagTimeline);
+    std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), pp::kTagClockError);
+    for (size_t r = 0; r < all.size(); r++) {
+        std::vector<pp::Event> e = unpack_events(all[r]);
+        w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());
+        double err = 0;
+        std::memcpy(&err, errors[r].data(), std::min(sizeof err, errors[r].size()));
+        w.clock_error_us = std::max(w.clock_error_us, err);
+    }
+}
+
+// The final model, from rank 0 (one copy of the model there), and its evaluation.
+void save_final_model(TrainRun& w, pp::Comm& comm, int rank) {
+    const Setup& s = *w.setup;
+    comm.barrier();   // every rank's layers are on the host
+    std::vector<std::unique_ptr<Layer>> held;
+    std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
+    if (rank == 0) {
+        set_device(Device{});
+        save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
+        // After the last step a signal skips only the evaluation: the run is complete.
+        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal);
+        if (w.steps > w.start_step) log_eval(w, w.final_eval), w.metrics.append(w.record);   // the last step's line, with it
+    }
+    comm.barrier();   // rank 0 has read the other ranks of its process
+}
+
+// The command that continues a run stopped by a signal: its own flags, with the model now from the
+// checkpoint (--resume CHECKPOINT replaces --model, --preset, --resume, and --vocab-size goes with
+// them). --dump-grads goes too: it holds step 1's gradients, which the resumed run does not compute
+// and would overwrite with nothing. Every other flag stays, even those the checkpoint also records.
+std::string continue_command(const std::string& program, const std::vector<std::string>& argv,
+                             const std::string& checkpoint) {
+    std::string cmd = shell_quoted(program) + " train --resume " + shell_quoted(checkpoint);
+    for (size_t i = 0; i < argv.size(); i++) {   // "--flag value" pairs, and the switches alone
+        const std::string& flag = argv[i];
+        if (flag == "--overwrite" || flag == "--dry-run") continue;   // the checkpoint is inside --out: no need
+        if (i + 1 >= argv.size()) break;
+        i++;
+        if (flag == "--model" || flag == "--preset" || flag == "--blocks" || flag == "--resume" || flag == "--vocab-size" ||
+            flag == "--dump-grads")
+            continue;
+        cmd += " " + flag + " " + shell_quoted(argv[i]);
+    }
+    return cmd;
+}
+
+OutDir::~OutDir() {
+    if (lock >= 0) ::close(lock);
+}
+
+OutDir prepare_out(TrainRun& w, Args& a) {
+    for (const char* flag : {"--trace", "--dump-grads"})
+        if (a.has(flag)) check_output_path(a.str(flag), flag);
+    for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
+        if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
+    OutDir o;
+    o.made = !std::filesystem::exists(w.out);
+    std::error_code ec;
+    std::filesystem::create_directories(w.out, ec);
+    if (ec) throw std::runtime_error("--out: cannot create " + w.out + " (" + ec.message() + ")");
+    check_writable_dir(w.out, "--out");   // an existing read-only --out would lose the run at its end
+    // One run per --out: two would stage their checkpoints under the same names. The lock is the
+    // directory's own (flock), released when the process ends, however it ends.
+    o.lock = ::open(w.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (o.lock < 0 || ::flock(o.lock, LOCK_EX | LOCK_NB) != 0)
+        throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
+    check_not_replacing(w, a);
+    recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
+    return o;
+}
+
+}  // namespace pt

@@ -1,0 +1,226 @@
+// src/cli/train_plan.cpp — layer costs, the partition of the layers, the schedule (auto too),
+// the transport.
+#include "src/cli/train.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "pipeline_lab.hpp"
+#include "src/cli/args.hpp"
+#include "src/comm.hpp"
+#include "src/device.hpp"
+#include "src/mpi_comm.hpp"
+#ifdef PIPETRAIN_NCCL
+#include "src/nccl_comm.hpp"
+#endif
+
+namespace pt {
+
+namespace {
+
+// --schedule auto: each stage's F, BI, BW (the sums of its layers' measured times) and the time
+// of one activation's copy plan a zero-bubble schedule whose stash fits --memory-cap bytes per
+// stage (default: 1F1B's peak, P micro-batches). The plan and its prediction go to the banner.
+pp::Schedule plan_auto(TrainRun& w, const LayerCosts& times, Args& a, size_t activation) {
+    std::vector<float> from(activation, 1.0f), to(activation);
+    double copy = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        auto t0 = Clock::now();
+        std::memcpy(to.data(), from.data(), activation * sizeof(float));
+        copy = std::min(copy, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::vector<pp::Costs> costs(w.P, pp::Costs{0, 0, 0, 0});
+    std::vector<int> cap(w.P, w.P);
+    std::vector<double> stash(w.P, 0.0);
+    for (int p = 0; p < w.P; p++) {
+        for (int l : w.split[p][0])
+            costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l], stash[p] += times.stash[l];
+        costs[p].comm = copy;
+        if (a.has("--memory-cap")) {
+            double bytes = a.real("--memory-cap", 0, 1);
+            cap[p] = int(std::min<double>(w.M, std::floor(bytes / std::max(stash[p], 1.0))));
+            if (cap[p] < 1)
+                throw std::runtime_error("--memory-cap: " + human_bytes(bytes) + " holds no stash of stage " +
+                                         std::to_string(p) + " (one micro-batch leaves " + human_bytes(stash[p]) + ")");
+        }
+    }
+    pp::Schedule plan = pp::auto_schedule(w.P, w.M, costs, cap);
+    pp::SimResult r = pp::simulate(plan, costs);
+    char line[256];
+    std::snprintf(line, sizeof line, "auto: planned from measured costs: predicted step %.1f ms, bubble %.1f%%; peak stash per stage",
+                  1e3 * r.makespan, 100 * r.bubble);
+    w.plan_note = line;
+    for (int p = 0; p < w.P; p++)
+        w.plan_note += " " + std::to_string(r.peak_live[p]) + " (" + human_bytes(r.peak_live[p] * stash[p]) + ", cap " +
+                       std::to_string(cap[p]) + ")";
+    return plan;
+}
+
+// Each rank's F, BI, BW per action (seconds, measured alone): its layers' sums, a chunk 1/V of them.
+std::vector<pp::Costs> stage_costs(const std::vector<std::vector<std::vector<int>>>& split, const LayerCosts& times) {
+    std::vector<pp::Costs> costs(split.size(), pp::Costs{0, 0, 0, 0});
+    for (size_t p = 0; p < split.size(); p++) {
+        for (const std::vector<int>& chunk : split[p])
+            for (int l : chunk) costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l];
+        double V = double(split[p].size());
+        costs[p].f /= V, costs[p].bi /= V, costs[p].bw /= V;
+    }
+    return costs;
+}
+
+}  // namespace
+
+// chunk_layers[rank][chunk] = layer indices; which rank and chunk hold virtual stage s is the
+// schedule's placement.
+std::vector<std::vector<std::vector<int>>> partition_layers(const LayerCosts& costs, int P, int V,
+                                                           pp::Placement placement) {
+    int S = P * V, L = int(costs.cost.size());
+    if (S > L)
+        throw std::runtime_error("--stages: " + count_of(P, "stage") + " × " + count_of(V, "chunk") + " need at least " +
+                                 count_of(S, "layer") + ", the model has " + std::to_string(L) + " (embedding, " +
+                                 count_of(L - 2, "block") + ", head): use --stages " + std::to_string(L / V) +
+                                 " or fewer" + (V > 1 ? ", fewer --chunks" : "") +
+                                 ", or a model with more blocks (--blocks N with a preset; --preset small has 8 layers)");
+    if (costs.by == "memory" && V > 1)
+        throw std::runtime_error("--partition memory: balances 1F1B's in-flight stashes, not those of --chunks > 1");
+    std::vector<int> bounds = costs.by == "memory" ? pp::partition_memory(costs.weights, costs.cost, P)
+                                                   : pp::partition(costs.cost, S);
+    return split_layers(bounds, pp::Layout{P, V, placement});
+}
+
+// Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
+// backward on one micro-batch of B×T), "memory" (bytes, as LayerCosts says) or "uniform".
+LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device) {
+    int L = num_model_layers(cfg);
+    LayerCosts costs{by, std::vector<double>(L, 1.0), std::vector<double>(L, 0.0), {}, {}, {}, {}};
+    if (by == "uniform") return costs;
+    if (by == "params") {
+        for (int i = 0; i < L; i++) costs.cost[i] = double(make_layer(cfg, i)->params.size());
+        return costs;
+    }
+    if (by != "time" && by != "memory")
+        throw std::runtime_error("--partition/--by: expected time, params, memory or uniform, got \"" + by + "\"");
+    if (T > cfg.max_position_embeddings)   // the layers are run on a B x T batch
+        throw std::runtime_error("--seq: " + std::to_string(T) + " exceeds the model's max_position_embeddings " +
+                                 std::to_string(cfg.max_position_embeddings));
+    // Measure forward + backward of each layer on a random micro-batch (best of 3), on the
+    // device the run will use; for memory, one forward's stash is the layer's activation memory.
+    Device caller = current_device();
+    set_device(device);
+    Batch b = synthetic_batch(cfg, B, T);
+    MicroBatch mb = b.rows(0, B);
+    mb.loss_scale = 1.0f / float(b.num_targets());
+    Array<int32_t> ids, types, mask;
+    ids.assign(b.input_ids), types.assign(b.token_type_ids), mask.assign(b.attention_mask);
+    mb.dev = {ids.data(), types.data(), nullptr, mask.data()};
+    RunOptions opt;
+    size_t NC = size_t(B) * T * cfg.hidden_size;
+    Buf x, dx(NC), dout;
+    x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
+    costs.f = costs.bi = costs.bw = costs.stash = std::vector<double>(L, 1e30);
+    auto seconds = [](Clock::time_point t0) {
+        synchronize();
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    for (int i = 0; i < L; i++) {
+        auto l = make_layer(cfg, i);
+        l->init(1, 0.02f);
+        costs.weights[i] = 4.0 * sizeof(float) * double(l->params.size());   // parameter, gradient, two AdamW moments
+        // Each piece: the best of 3, after one untimed run (its first call allocates and faults memory in).
+        for (int rep = by == "time" ? -1 : 0; rep < (by == "time" ? 3 : 1); rep++) {
+            if (rep == 0) costs.f[i] = costs.bi[i] = costs.bw[i] = 1e30;
+            auto t0 = Clock::now();
+            Buf out(l->out_numel(B, T));
+            auto s = l->forward(out.data(), i == 0 ? nullptr : x.data(), mb, opt);
+            costs.f[i] = std::min(costs.f[i], seconds(t0));
+            costs.stash[i] = double(s->bytes());
+            t0 = Clock::now();
+            l->backward_input(i == 0 ? nullptr : dx.data(), dout.data(), *s, mb, opt);
+            costs.bi[i] = std::min(costs.bi[i], seconds(t0));
+            t0 = Clock::now();
+            l->backward_weight(*s, mb, opt);
+            costs.bw[i] = std::min(costs.bw[i], seconds(t0));
+        }
+        costs.cost[i] = by == "memory" ? costs.stash[i] : costs.f[i] + costs.bi[i] + costs.bw[i];
+    }
+    set_device(caller);
+    return costs;
+}
+
+// The schedule, the devices, the split of the layers over the ranks, and how the layers run.
+void plan_pipeline(TrainRun& w, const Setup& s, Args& a) {
+    try {
+        w.recompute = parse_recompute(a.str("--recompute", "none"));
+    } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string("--recompute: ") + e.what());
+    }
+    w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
+    bool planned = w.schedule_name == "auto";   // from the measured costs, below
+    require_chunks(w.schedule_name, a.has("--chunks"));
+    w.V = int(a.integer("--chunks", default_chunks(w.schedule_name), 1, pp::kMaxChunks));
+    if (planned && w.V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
+    if (a.has("--memory-cap") && !planned) throw std::runtime_error("--memory-cap: only with --schedule auto");
+    if (!planned) w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
+    bool dry = a.has("--dry-run");   // plans on this machine's CPU: a GPU line can be checked without one
+    w.device = parse_device(a.str("--device", "cpu"), !dry);
+    w.gpus = w.device.cuda && !dry ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver
+    int rows = s.B / (w.D * w.M);
+    Device measure_on = dry ? Device{} : w.device;
+    // Balanced stages need measured time: parameters say little of the attention's or the loss's cost.
+    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "time"), rows, s.T, measure_on);
+    LayerCosts times = costs.by == "time" ? costs : layer_costs(s.cfg, "time", rows, s.T, measure_on);
+#ifdef PIPETRAIN_MPI
+    // Measured times differ from process to process: every rank takes rank 0's, so all split and plan alike.
+    if (w.mpi)
+        for (LayerCosts* c : {&costs, &times})
+            for (std::vector<double>* v : {&c->cost, &c->f, &c->bi, &c->bw, &c->stash})
+                if (!v->empty()) w.mpi->broadcast(v->data(), v->size() * sizeof(double), 0);
+#endif
+    w.split = partition_layers(costs, w.P, w.V, planned ? pp::Placement::loop : w.schedule.placement);
+    if (planned) w.schedule = plan_auto(w, times, a, size_t(rows) * s.T * s.cfg.hidden_size);
+    w.stage_costs = stage_costs(w.split, times);
+    w.owner.assign(num_model_layers(s.cfg), 0);
+    for (int p = 0; p < w.P; p++)
+        for (const auto& chunk : w.split[p])
+            for (int l : chunk) w.owner[l] = p;
+
+    w.dtype = a.str("--dtype", "fp32");
+    if (w.dtype != "fp32" && w.dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + w.dtype + "\"");
+    w.run_opt.train = true, w.run_opt.causal = s.objective == Objective::causal, w.run_opt.seed = s.seed;
+    w.run_opt.bf16 = w.dtype == "bf16";
+    w.run_opt.hidden_dropout = s.cfg.hidden_dropout_prob, w.run_opt.attention_dropout = s.cfg.attention_probs_dropout_prob;
+}
+
+// Which transport carries the ranks' messages (w.comm: thread, nccl or mpi).
+void choose_comm(TrainRun& w) {
+    // Ranks on different GPUs talk through NCCL; the CPU, and stages that share a GPU, through
+    // ThreadComm (host copies, or device-to-device copies on a GPU). Processes talk through MPI:
+    // NCCL bootstrapped over MPI when every rank of a node has a GPU of its own (--comm auto or
+    // nccl), else MpiComm, whose messages from GPU memory go through host memory (--comm mpi).
+    int R = w.P * w.D, ranks_here = R;   // the ranks that share this machine's GPUs
+#ifdef PIPETRAIN_MPI
+    if (w.mpi) ranks_here = w.mpi->local_size();
+#endif
+    bool nccl_possible = w.device.cuda && R > 1 && ranks_here <= w.gpus;
+    // libnccl is opened (dlopen) only when the run asks for it or could use it: a CPU run never
+    // maps its 200 MB, and a missing NCCL is an error for --comm nccl alone.
+    std::string no_nccl = "this build has no NCCL";
+    bool nccl_loads = false;
+#ifdef PIPETRAIN_NCCL
+    if (w.comm == "nccl" || (w.comm == "auto" && nccl_possible)) nccl_loads = pp::nccl_available(&no_nccl);
+#endif
+    if (w.comm == "nccl" && !nccl_loads) throw std::runtime_error("--comm nccl: " + no_nccl);
+    if (w.comm == "auto" && nccl_possible && !nccl_loads && w.root)
+        std::fprintf(stderr, "pipetrain train: note: --comm auto uses the %s communicator, NCCL is unavailable: %s\n",
+                     w.mpi ? "MPI" : "thread", no_nccl.c_str());
+    if (w.comm == "auto") w.comm = nccl_possible && nccl_loads ? "nccl" : w.mpi ? "mpi" : "thread";
+    if (w.comm == "nccl" && !nccl_possible)
+        throw std::runtime_error("--comm nccl: needs --device cuda and one GPU per rank (" + std::to_string(ranks_here) +
+                                  " ranks" + (w.mpi ? " on this machine, " : ", ") + std::to_string(w.gpus) + " GPUs)");
+}
+
+}  // namespace pt

@@ -6,7 +6,6 @@
 // *schedule* says in which order each rank runs its forward (F) and backward (B, or BI + BW)
 // steps: plain data, checked before any tensor exists. Not a model, an autograd or a transport:
 // implement `Stage` and `Comm`. C++17 standard library only; pipeline_lab.hpp adds the rest.
-// Reading order: actions and schedules → the plain plan → validate → Stage/Comm → Pipeline.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -201,11 +200,7 @@ inline std::string tag_label(int tag, bool with_chunk = true) {
     return to_string(a, with_chunk);
 }
 
-struct CommOp {
-    bool send;
-    int peer;  // pipeline rank
-    int tag;
-};
+struct CommOp { bool send; int peer; int tag; };  // peer: a pipeline rank
 
 inline bool operator==(const CommOp& a, const CommOp& b) { return a.send == b.send && a.peer == b.peer && a.tag == b.tag; }
 
@@ -413,10 +408,7 @@ inline void validate(const Schedule& schedule, int num_microbatches = 0, int num
 }
 
 // ---- Stage and Comm: what the executor needs from the model and from the transport -------------
-struct Buffer {
-    void* data = nullptr;
-    std::size_t bytes = 0;
-};
+struct Buffer { void* data = nullptr; std::size_t bytes = 0; };
 
 // A rank's slice of the model (V chunks of layers). It owns its activation stash per
 // (micro-batch, chunk), so the executor only moves buffers around.
@@ -444,13 +436,7 @@ class Stage {
     virtual void sent(Op, int /*microbatch*/, int /*chunk*/) {}   // what that action returned has left
 };
 
-struct P2POp {
-    bool send;
-    void* data;
-    std::size_t bytes;
-    int peer;  // Comm rank
-    int tag;
-};
+struct P2POp { bool send; void* data; std::size_t bytes; int peer; int tag; };  // peer: a Comm rank
 
 // recv and group must not wait forever: a transport times out and throws, naming the peer
 // (ThreadComm, NcclComm in pipetrain), and abort() makes every blocked or later call throw. The

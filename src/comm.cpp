@@ -12,7 +12,7 @@
 
 #include "src/watchdog.hpp"
 
-namespace pp {
+namespace pt {
 
 namespace {
 const int kReduceTag = -2, kResultTag = -3, kBarrierTag = -4;
@@ -20,7 +20,7 @@ const int kReduceTag = -2, kResultTag = -3, kBarrierTag = -4;
 std::string tag_text(int tag) {
     if (tag == kReduceTag || tag == kResultTag) return "allreduce";
     if (tag == kBarrierTag) return "barrier";
-    return tag >= 0 ? tag_label(tag) + " (tag " + std::to_string(tag) + ")" : "tag " + std::to_string(tag);
+    return tag >= 0 ? pp::tag_label(tag) + " (tag " + std::to_string(tag) + ")" : "tag " + std::to_string(tag);
 }
 }  // namespace
 
@@ -98,11 +98,11 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
 void ThreadComm::send(const void* data, std::size_t bytes, int peer, int tag) { post(0, data, bytes, peer, tag); }
 void ThreadComm::recv(void* data, std::size_t bytes, int peer, int tag) { take(0, data, bytes, peer, tag); }
 
-void ThreadComm::group(const std::vector<P2POp>& ops) {
+void ThreadComm::group(const std::vector<pp::P2POp>& ops) {
     // Buffered sends never block, so posting every send before any receive cannot deadlock.
-    for (const P2POp& op : ops)
+    for (const pp::P2POp& op : ops)
         if (op.send) post(0, op.data, op.bytes, op.peer, op.tag);
-    for (const P2POp& op : ops)
+    for (const pp::P2POp& op : ops)
         if (!op.send) take(0, op.data, op.bytes, op.peer, op.tag);
 }
 
@@ -173,4 +173,4 @@ void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn) {
         if (!e.empty()) throw std::runtime_error(world.abort_reason());
 }
 
-}  // namespace pp
+}  // namespace pt

@@ -15,7 +15,7 @@
 #include "src/tags.hpp"
 #include "src/device.hpp"
 
-namespace pp {
+namespace pt {
 
 // The shared state of N ranks: mailboxes, the abort flag and the timeout.
 class ThreadWorld {
@@ -42,14 +42,14 @@ class ThreadWorld {
     std::string why_;
 };
 
-class ThreadComm : public Comm {
+class ThreadComm : public pp::Comm {
  public:
     ThreadComm(ThreadWorld& world, int rank);
     int rank() const override { return rank_; }
     int size() const override { return world_.size(); }
     void send(const void* data, std::size_t bytes, int peer, int tag) override;
     void recv(void* data, std::size_t bytes, int peer, int tag) override;
-    void group(const std::vector<P2POp>& ops) override;  // sends first (buffered), then receives
+    void group(const std::vector<pp::P2POp>& ops) override;  // sends first (buffered), then receives
     void allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) override;
     void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) override;
     void barrier() override;
@@ -67,8 +67,8 @@ class ThreadComm : public Comm {
 
 // Runs fn(rank) on world.size() threads. If any throws, the world is aborted (waking the others)
 // and ONE std::runtime_error is thrown whose message is the first failure's. Meanwhile the calling
-// thread is the ranks' watchdog: a rank that makes no progress (pp::beat, a message, a pipeline
+// thread is the ranks' watchdog: a rank that makes no progress (pt::beat, a message, a pipeline
 // action) for the world's timeout plus a grace ends the process (src/watchdog.hpp).
 void run_ranks(ThreadWorld& world, const std::function<void(int rank)>& fn);
 
-}  // namespace pp
+}  // namespace pt

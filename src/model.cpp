@@ -505,7 +505,8 @@ class ClassifierHead : public Layer {
         for (int b = 0; b < B; b++) s->rows.push_back(b * mb.T), s->targets.push_back(mb.targets[size_t(b) * mb.T]);
         s->rows_dev = on_device(s->rows), s->targets_dev = on_device(s->targets);   // (B), (B)
         s->h = gather_rows(in, s->rows_dev, C);                                      // (B, C) of in (B*T, C)
-        s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);   // (B, C), (B, C), (B, L)
+        // t (B, C), u (B, C), logits (B, L)
+        s->t.resize(size_t(B) * C), s->u.resize(size_t(B) * C), s->logits.resize(size_t(B) * L);
         Buf pre(size_t(B) * C);   // (B, C): before tanh
         linear_forward(opt, pre.data(), s->h.data(), param(pw_), param(pb_), B, C, C);
         dev::tanh_forward(s->t.data(), pre.data(), B * C);

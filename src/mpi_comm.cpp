@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-namespace pp {
+namespace pt {
 
 bool launched_by_mpi() {
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"})
@@ -30,17 +30,17 @@ MpiComm::MpiComm(MpiWorld& world) : world_(world) {}
 MpiComm::~MpiComm() = default;
 void MpiComm::send(const void*, std::size_t, int, int) {}
 void MpiComm::recv(void*, std::size_t, int, int) {}
-void MpiComm::group(const std::vector<P2POp>&) {}
+void MpiComm::group(const std::vector<pp::P2POp>&) {}
 void MpiComm::allreduce_sum(float*, std::size_t, const std::vector<int>&) {}
 void MpiComm::allreduce_sum(double*, std::size_t, const std::vector<int>&) {}
 void MpiComm::barrier() {}
-void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>&) { world.abort("no MPI"); }
+void run_mpi_rank(MpiWorld& world, const std::function<void(pp::Comm& comm)>&) { world.abort("no MPI"); }
 
-}  // namespace pp
+}  // namespace pt
 
 #else   // PIPETRAIN_MPI
 
-}  // namespace pp
+}  // namespace pt
 
 #include <mpi.h>
 
@@ -67,7 +67,7 @@ void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>&) { wor
                                      ": MPI error: " + mpi_error_text(e_) + " (" #call ")");             \
     } while (0)
 
-namespace pp {
+namespace pt {
 
 namespace {
 std::string mpi_error_text(int code) {
@@ -221,7 +221,7 @@ void MpiWorld::broadcast(void* data, std::size_t bytes, int root) {
 // ---- point to point -------------------------------------------------------------------------------
 
 namespace {
-std::string tag_text(int tag) { return tag_label(tag) + " (tag " + std::to_string(tag) + ")"; }
+std::string tag_text(int tag) { return pp::tag_label(tag) + " (tag " + std::to_string(tag) + ")"; }
 
 // One posted send or receive, and what to say when it fails.
 struct Pending {
@@ -352,9 +352,9 @@ void MpiComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{f
 
 // NCCL's semantics: every op is posted before any is waited for, so paired sends and receives in
 // one group (a 1F1B steady state sends and receives at once) cannot deadlock, buffered or not.
-void MpiComm::group(const std::vector<P2POp>& ops) {
+void MpiComm::group(const std::vector<pp::P2POp>& ops) {
     const int me = rank();
-    for (const P2POp& op : ops) {   // every op checked before any is posted: none is left behind
+    for (const pp::P2POp& op : ops) {   // every op checked before any is posted: none is left behind
         const std::string who = "rank " + std::to_string(me) + (op.send ? ": send to rank " : ": recv from rank ") +
                                 std::to_string(op.peer);
         if (op.peer < 0 || op.peer >= size())
@@ -364,7 +364,7 @@ void MpiComm::group(const std::vector<P2POp>& ops) {
                                      std::to_string(world_.tag_ub_) + " (MPI_TAG_UB; fewer micro-batches or chunks fit)");
     }
     std::vector<Pending> receives;
-    for (const P2POp& op : ops) {
+    for (const pp::P2POp& op : ops) {
         Pending p;
         p.pipeline = true;
         if (op.send) {   // buffered: a copy of the bytes travels, and the caller may reuse its buffer
@@ -470,7 +470,7 @@ void MpiComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>&
 // fn runs here, on the main thread (MPI_THREAD_FUNNELED); the watchdog runs beside it and ends the
 // process (kWatchdogExit) if fn makes no progress for the timeout and a grace. mpirun then ends
 // the others: a process that exits without MPI_Finalize ends the job.
-void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>& fn) {
+void run_mpi_rank(MpiWorld& world, const std::function<void(pp::Comm& comm)>& fn) {
     std::string error = watched(world.timeout_s(), world.rank(), [&] {
         MpiComm comm(world);
         fn(comm);
@@ -478,6 +478,6 @@ void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>& fn) {
     if (!error.empty()) world.abort(error);   // prints "rank R (HOST): ..." once, ends the job
 }
 
-}  // namespace pp
+}  // namespace pt
 
 #endif   // PIPETRAIN_MPI

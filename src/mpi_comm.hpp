@@ -22,7 +22,7 @@
 #include "pipeline.hpp"
 #include "src/tags.hpp"
 
-namespace pp {
+namespace pt {
 
 // True when this process was started by an MPI launcher: Open MPI (OMPI_COMM_WORLD_SIZE),
 // MPICH/Hydra and Slurm's srun with PMI (PMI_SIZE / PMI_RANK), PMIx (PMIX_RANK). Reads the
@@ -71,7 +71,7 @@ class MpiWorld {
 // waiting for its peer to take the message). Every schedule pp::validate accepts is safe with
 // unbuffered sends, so buffering cannot deadlock one. A send still in flight is finished by a
 // later call, or, at the latest, by the destructor (with the deadline).
-class MpiComm : public Comm {
+class MpiComm : public pp::Comm {
  public:
     explicit MpiComm(MpiWorld& world);
     ~MpiComm() override;
@@ -79,7 +79,7 @@ class MpiComm : public Comm {
     int size() const override { return world_.size(); }
     void send(const void* data, std::size_t bytes, int peer, int tag) override;
     void recv(void* data, std::size_t bytes, int peer, int tag) override;
-    void group(const std::vector<P2POp>& ops) override;   // posts every op, then waits for all
+    void group(const std::vector<pp::P2POp>& ops) override;   // posts every op, then waits for all
     void allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) override;
     void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) override;
     void barrier() override;
@@ -97,6 +97,6 @@ class MpiComm : public Comm {
 // Runs fn(comm) as this process's rank, on the calling (main) thread, while a second thread is its
 // watchdog (src/watchdog.hpp). If fn throws, the error is printed once, "rank R (HOST): what", and
 // the job ends (world.abort, exit code 1). Returns normally when fn does.
-void run_mpi_rank(MpiWorld& world, const std::function<void(Comm& comm)>& fn);
+void run_mpi_rank(MpiWorld& world, const std::function<void(pp::Comm& comm)>& fn);
 
-}  // namespace pp
+}  // namespace pt

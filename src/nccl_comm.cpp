@@ -77,7 +77,7 @@
                                      ": NCCL error: " + nccl().ncclGetErrorString(r_) + " (" #call ")");  \
     } while (0)
 
-namespace pp {
+namespace pt {
 
 namespace {
 
@@ -223,7 +223,7 @@ NcclWorld::~NcclWorld() {   // a communicator exists only if NCCL loaded, so ncc
             if (c) nccl().ncclCommDestroy(as_comm(c));
 }
 
-NcclComm::NcclComm(NcclWorld& world, Comm& host, int rank) : world_(world), host_(host), rank_(rank) { check(); }
+NcclComm::NcclComm(NcclWorld& world, pp::Comm& host, int rank) : world_(world), host_(host), rank_(rank) { check(); }
 
 NcclComm::NcclComm(NcclWorld& world, int rank)
     : world_(world), own_host_(std::make_unique<ThreadComm>(world.host(), rank)), host_(*own_host_), rank_(rank) {
@@ -232,7 +232,7 @@ NcclComm::NcclComm(NcclWorld& world, int rank)
 
 void NcclComm::check() const {
     if (rank_ < 0 || rank_ >= world_.size_ || host_.rank() != rank_ || host_.size() != world_.size_)
-        throw std::logic_error("NcclComm: rank " + std::to_string(rank_) + " needs a host Comm of the same rank in a world of " +
+        throw std::logic_error("NcclComm: rank " + std::to_string(rank_) + " needs a host pp::Comm of the same rank in a world of " +
                                std::to_string(world_.size_));
     if (!pt::current_device().cuda || pt::current_device().index != world_.devices_[rank_])
         throw std::logic_error("NcclComm: rank " + std::to_string(rank_) + " must run on cuda:" +
@@ -267,12 +267,12 @@ void NcclComm::recv(void* data, std::size_t bytes, int peer, int tag) { group({{
 
 // NCCL matches messages between two ranks in posting order (it has no tags); pp::validate
 // proves every schedule posts them in the same order on both sides.
-void NcclComm::group(const std::vector<P2POp>& ops) {
-    std::vector<P2POp> host_ops, to_self;
+void NcclComm::group(const std::vector<pp::P2POp>& ops) {
+    std::vector<pp::P2POp> host_ops, to_self;
     void*& comm = world_.comms_[rank_];
     bool any = false;
     NCCL_CHECK(nccl().ncclGroupStart());
-    for (const P2POp& op : ops) {
+    for (const pp::P2POp& op : ops) {
         if (op.bytes > 0 && !on_gpu(op.data)) {
             host_ops.push_back(op);
             continue;
@@ -288,9 +288,9 @@ void NcclComm::group(const std::vector<P2POp>& ops) {
     }
     NCCL_CHECK(nccl().ncclGroupEnd());
     // Each receive from this rank takes the send of the same tag (the plan posts both together).
-    for (const P2POp& in : to_self) {
+    for (const pp::P2POp& in : to_self) {
         if (in.send) continue;
-        auto out = std::find_if(to_self.begin(), to_self.end(), [&](const P2POp& o) { return o.send && o.tag == in.tag; });
+        auto out = std::find_if(to_self.begin(), to_self.end(), [&](const pp::P2POp& o) { return o.send && o.tag == in.tag; });
         if (out == to_self.end() || out->bytes != in.bytes)
             throw std::runtime_error("rank " + std::to_string(rank_) + ": a receive from itself (tag " + std::to_string(in.tag) +
                                      ") without its send of the same size in the group");
@@ -344,4 +344,4 @@ void NcclComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>
     host_.allreduce_sum(data, n, ranks);   // host values only (loss, norm partials): exact fixed order
 }
 
-}  // namespace pp
+}  // namespace pt

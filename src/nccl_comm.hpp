@@ -19,7 +19,7 @@
 #include "pipeline.hpp"
 #include "src/comm.hpp"
 
-namespace pp {
+namespace pt {
 
 // True when libnccl loads and has every function NcclComm calls. The first call opens it (~10 ms;
 // PIPETRAIN_NCCL_LIBRARY=path chooses the file), later calls only read the result.
@@ -55,29 +55,29 @@ class NcclWorld {
     std::map<std::vector<int>, std::shared_ptr<Group>> groups_;
 };
 
-class NcclComm : public Comm {
+class NcclComm : public pp::Comm {
  public:
     // Call on rank's thread, after pt::set_device. `host` carries host buffers, barriers and
     // abort: a ThreadComm of world.host() for threads, the process's MpiComm under MPI.
-    NcclComm(NcclWorld& world, Comm& host, int rank);
+    NcclComm(NcclWorld& world, pp::Comm& host, int rank);
     NcclComm(NcclWorld& world, int rank);   // threads: makes its own ThreadComm of world.host()
     int rank() const override { return rank_; }
     int size() const override { return world_.size_; }
     void send(const void* data, std::size_t bytes, int peer, int tag) override;
     void recv(void* data, std::size_t bytes, int peer, int tag) override;
-    void group(const std::vector<P2POp>& ops) override;
+    void group(const std::vector<pp::P2POp>& ops) override;
     void allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) override;
     void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) override;
     void barrier() override { host_.barrier(); }
     void abort(const std::string& why) override { host_.abort(why); }
 
  private:
-    void check() const;                                 // the rank, its host Comm and its GPU fit the world
+    void check() const;                                 // the rank, its host pp::Comm and its GPU fit the world
     void wait(void*& comm, const std::string& what);   // the stream, with a timeout and abort
     NcclWorld& world_;
     std::unique_ptr<ThreadComm> own_host_;   // made by the two-argument constructor
-    Comm& host_;
+    pp::Comm& host_;
     int rank_;
 };
 
-}  // namespace pp
+}  // namespace pt

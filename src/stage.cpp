@@ -91,7 +91,7 @@ namespace {
 // --dtype bf16: whatever leaves a layer (activation or input gradient) is rounded to bfloat16, as
 // if stored in it; `packed` keeps the 16-bit form, which is what a stage sends: half the bytes.
 // Rounding at every layer, not only at stage boundaries, keeps any split bitwise equal to one stage.
-void round_bf16(Buf& x, Array<uint16_t>& packed) {
+void round_bf16(Buf& x, Array<uint16_t>& packed) {   // packed (n) from x (n)
     packed.resize(x.size());
     dev::to_bf16(packed.data(), x.data(), int(x.size()));
     dev::from_bf16(x.data(), packed.data(), int(x.size()));
@@ -118,7 +118,7 @@ void TransformerStage::sent(pp::Op op, int microbatch, int chunk) {
 
 pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
-    size_t n = size_t(mb_rows_) * batch_->T * cfg_.hidden_size;
+    size_t n = size_t(mb_rows_) * batch_->T * cfg_.hidden_size;   // (B, T, C) of one micro-batch
     pp::Buffer b;
     if (opt_.bf16) {
         Array<uint16_t>& v = op == pp::Op::F ? f.input16 : f.grad16;
@@ -138,13 +138,13 @@ pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) 
 void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputing) {
     MicroBatch mb = micro_batch(m);
     unpack(f.input, f.input16);
-    const float* in = f.input.empty() ? nullptr : f.input.data();
-    Buf out;
-    Array<uint16_t> out16;
+    const float* in = f.input.empty() ? nullptr : f.input.data();   // (B, T, C), null before the embedding
+    Buf out;                 // (B, T, C), or (1) after the head: the loss sum
+    Array<uint16_t> out16;   // out as bf16 bits (--dtype bf16): what is sent
     f.stash.clear();
     bool head = chunks_[chunk].back()->index() == num_model_layers(cfg_) - 1;
     for (auto& layer : chunks_[chunk]) {
-        Buf next(layer->out_numel(mb.B, mb.T));
+        Buf next(layer->out_numel(mb.B, mb.T));   // (B, T, C), or (1) for the head
         f.stash.push_back(layer->forward(next.data(), in, mb, opt_));
         if (opt_.bf16) f.stash.back()->pack();
         if (opt_.bf16 && !(head && layer == chunks_[chunk].back())) round_bf16(next, out16);
@@ -181,11 +181,11 @@ pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
     MicroBatch mb = micro_batch(microbatch);
     auto& layers = chunks_[chunk];
     unpack(f.grad_out, f.grad16);
-    Buf dout = std::move(f.grad_out), din;
-    Array<uint16_t> dout16;
+    Buf dout = std::move(f.grad_out), din;   // (B, T, C) each; dout is empty at the head (its output is the loss)
+    Array<uint16_t> dout16;                  // dout as bf16 bits (--dtype bf16): what is sent
     for (int i = int(layers.size()) - 1; i >= 0; i--) {
         bool first_layer = layers[i]->index() == 0;
-        din.zeros(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size);
+        din.zeros(first_layer ? 0 : size_t(mb.B) * mb.T * cfg_.hidden_size);   // (B, T, C); none for the embedding
         f.stash[i]->unpack();
         layers[i]->backward_input(first_layer ? nullptr : din.data(), dout.empty() ? nullptr : dout.data(),
                                   *f.stash[i], mb, opt_);

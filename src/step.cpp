@@ -76,7 +76,7 @@ void tied_sum(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, c
     TiedCopies t = tied_copies(stage, cfg, at, true);
     if (t.n == 0) return;
     Buf other;
-    fetch_peer_copy(comm, t, other, pp::kTagTiedGrads);
+    fetch_peer_copy(comm, t, other, pt::kTagTiedGrads);
     dev::accumulate(t.emb, t.head, int(t.n));
     copy_bytes(t.head, t.emb, t.n * sizeof(float));
 }
@@ -86,7 +86,7 @@ void check_tied(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg,
     TiedCopies t = tied_copies(stage, cfg, at, false);
     if (t.n == 0) return;
     Buf other;
-    fetch_peer_copy(comm, t, other, pp::kTagTiedCheck);
+    fetch_peer_copy(comm, t, other, pt::kTagTiedCheck);
     std::vector<float> a(t.n), b(t.n);   // compared on the host: a GPU's copies are read back
     copy_bytes(a.data(), t.emb, t.n * sizeof(float)), copy_bytes(b.data(), t.head, t.n * sizeof(float));
     if (std::memcmp(a.data(), b.data(), t.n * sizeof(float)) != 0)

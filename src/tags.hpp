@@ -7,7 +7,7 @@
 // bytes), the clocks' ping-pong.
 #pragma once
 
-namespace pp {
+namespace pt {
 
 enum OtherTag : int {
     kTagTiedGrads = 9001,
@@ -18,4 +18,4 @@ enum OtherTag : int {
     kTagLayer = 20000,       // + layer index (a model has at most 1026 layers)
 };
 
-}  // namespace pp
+}  // namespace pt

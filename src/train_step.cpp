@@ -21,19 +21,19 @@ StepOutcome train_step(pp::Pipeline& pipe, pp::Comm& comm, TransformerStage& sta
     stage.zero_grads();
     stage.begin_step(&local, rows / M, at.d * M, uint32_t(u.step), targets ? 1.0f / float(targets) : 0.0f);
 
-    pp::beat("forward/backward");
+    pt::beat("forward/backward");
     Clock::time_point origin = hooks.start ? hooks.start() : Clock::now();
     Clock::time_point t0 = Clock::now();
     pipe.run_step(origin);
     if (hooks.after_schedule) hooks.after_schedule(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
 
-    pp::beat("gradient sum");
+    pt::beat("gradient sum");
     sum_gradients(comm, stage, cfg, at);
     if (hooks.after_grads) hooks.after_grads();
     StepOutcome out;
-    pp::beat("optimizer");
+    pt::beat("optimizer");
     if (u.apply) out.norm = update_weights(comm, stage, opt, cfg, at, u);
-    pp::beat("loss");
+    pt::beat("loss");
     out.loss_sum = global_loss_sum(comm, stage, at, hooks.shared);
     return out;
 }

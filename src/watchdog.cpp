@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace pp {
+namespace pt {
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -46,7 +46,7 @@ void beat(const char* phase, int step) {
     k.ticks.fetch_add(1, std::memory_order_relaxed);
 }
 
-WatchedPipeline::WatchedPipeline(Pipeline& pipeline) : pipeline_(pipeline) {
+WatchedPipeline::WatchedPipeline(pp::Pipeline& pipeline) : pipeline_(pipeline) {
     if (!current.watchdog) return;
     std::lock_guard<std::mutex> lock(current.watchdog->mu_);
     current.watchdog->ranks_[current.rank].pipeline = this;
@@ -62,8 +62,8 @@ WatchedPipeline::~WatchedPipeline() {
     current.watchdog->ranks_[current.rank].pipeline = nullptr;
 }
 
-void WatchedPipeline::on_action(std::size_t index, Phase phase) {
-    at_.store(phase == Phase::step_end ? -1 : long(2 * index + (phase == Phase::action)), std::memory_order_relaxed);
+void WatchedPipeline::on_action(std::size_t index, pp::Phase phase) {
+    at_.store(phase == pp::Phase::step_end ? -1 : long(2 * index + (phase == pp::Phase::action)), std::memory_order_relaxed);
     ticks_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -71,7 +71,7 @@ std::string WatchedPipeline::where() const {
     long at = at_.load(std::memory_order_relaxed);
     if (at < 0) return "between steps";
     size_t i = size_t(at / 2);
-    const std::vector<Action>& actions = pipeline_.schedule()[size_t(pipeline_.rank())];
+    const std::vector<pp::Action>& actions = pipeline_.schedule()[size_t(pipeline_.rank())];
     if (at % 2 == 0 && i == actions.size()) return "transfers at the end of the step" + pipeline_.after(i);
     return (at % 2 ? "action " : "transfers before ") + to_string(actions[i], true) + pipeline_.after(i);
 }
@@ -168,4 +168,4 @@ void Watchdog::fire(const std::string& report) {
     std::_Exit(kWatchdogExit);
 }
 
-}  // namespace pp
+}  // namespace pt

@@ -4,10 +4,10 @@
 // naming the peer). A rank stuck anywhere else (a driver call that never returns, a deadlock or an
 // endless loop in a stage) cannot notice anything: its thread is not running our code. So a
 // thread outside the ranks watches them. Each rank has a heartbeat that it bumps as it makes
-// progress (pp::beat: ThreadComm after every message, TransformerStage after every layer, the
-// trainer at every phase of its step) and may show the watchdog its Pipeline (a WatchedPipeline,
-// the Pipeline's observer), whose actions count too and whose where() says what it was doing. When a rank's heartbeat has not moved for the
-// deadline (the timeout plus a grace, so that the transport's own, more precise error comes first),
+// progress (pt::beat: ThreadComm after every receive, MpiComm after every message, train_step at
+// each phase of the step) and may show the watchdog its Pipeline (a WatchedPipeline, the Pipeline's
+// observer), whose actions count too and whose where() says what it was doing. When a rank's
+// heartbeat has not moved for the deadline (the timeout plus a grace, so that the transport's own, more precise error comes first),
 // the watchdog prints what every rank was doing and ends the process with kWatchdogExit, without
 // waiting for the stuck thread. Whatever was committed stays whole (every
 // commit is an atomic rename); a lock held on a file is released by the OS.
@@ -24,7 +24,7 @@
 
 #include "pipeline.hpp"
 
-namespace pp {
+namespace pt {
 
 // Like timeout(1) for a command that ran out of time. (1 is an ordinary error, 130/143 a signal.)
 constexpr int kWatchdogExit = 124;
@@ -36,14 +36,14 @@ void beat(const char* phase = nullptr, int step = -1);
 
 // While alive, observes `pipeline` (Pipeline::set_observer): the watchdog of the calling rank counts
 // its actions as progress and reports where(). A no-op on a thread that no watchdog watches.
-class WatchedPipeline : public Observer {
+class WatchedPipeline : public pp::Observer {
  public:
-    explicit WatchedPipeline(Pipeline& pipeline);
+    explicit WatchedPipeline(pp::Pipeline& pipeline);
     ~WatchedPipeline() override;
     WatchedPipeline(const WatchedPipeline&) = delete;
     WatchedPipeline& operator=(const WatchedPipeline&) = delete;
 
-    void on_action(std::size_t index, Phase phase) override;
+    void on_action(std::size_t index, pp::Phase phase) override;
     // Readable from another thread while the step runs: "action F3.0 (after F1.0 F2.0 B0.0 B1.0)",
     // "transfers before F3.0 (after ...)" or "between steps". Lock-free: run_step only stores an
     // index into the schedule, which never changes.
@@ -53,7 +53,7 @@ class WatchedPipeline : public Observer {
     unsigned long progress() const { return ticks_.load(std::memory_order_relaxed); }
 
  private:
-    Pipeline& pipeline_;
+    pp::Pipeline& pipeline_;
     bool watched_ = false;
     std::atomic<long> at_{-1};            // 2i: action i's transfers, 2i + 1: action i; -1 between steps
     std::atomic<unsigned long> ticks_{0};
@@ -94,4 +94,4 @@ class Watchdog {
     std::condition_variable left_;
 };
 
-}  // namespace pp
+}  // namespace pt

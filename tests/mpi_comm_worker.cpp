@@ -110,11 +110,11 @@ void p2p(pp::Comm& comm) {
 template <typename T>
 std::vector<T> thread_reference(int N, int me, std::size_t n, const std::vector<int>& group) {
     std::vector<T> mine;
-    pp::ThreadWorld world(N, 60.0);
-    pp::run_ranks(world, [&](int r) {
+    pt::ThreadWorld world(N, 60.0);
+    pt::run_ranks(world, [&](int r) {
         std::vector<T> x = input<T>(r, n);
         if (std::find(group.begin(), group.end(), r) != group.end()) {
-            pp::ThreadComm comm(world, r);
+            pt::ThreadComm comm(world, r);
             comm.allreduce_sum(x.data(), n, group);
         }
         if (r == me) mine = x;
@@ -200,8 +200,8 @@ int main(int argc, char** argv) {
             if (rank && std::atoi(rank) == 1) std::this_thread::sleep_for(std::chrono::seconds(15));
             say("rank ?: starting MPI");
         }
-        pp::MpiWorld world(std::atof(argv[2]));
-        pp::run_mpi_rank(world, [&](pp::Comm& comm) {
+        pt::MpiWorld world(std::atof(argv[2]));
+        pt::run_mpi_rank(world, [&](pp::Comm& comm) {
             const int me = comm.rank();
             std::vector<char> buf(8);
             if (mode == "exchange") {

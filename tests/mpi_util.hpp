@@ -10,7 +10,7 @@ namespace test {
 // 77 (ctest's "skipped") after one line saying why, where this build has no MPI or no mpirun is
 // on PATH; 0 where the MPI tests can run.
 inline int mpi_skip_code() {
-    if (!pp::mpi_built()) {
+    if (!pt::mpi_built()) {
         std::printf("skipped: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin, then re-run cmake)\n");
         return 77;
     }

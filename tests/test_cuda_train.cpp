@@ -87,12 +87,12 @@ TEST_CASE("NCCL: a rank that fails before its first all-reduce aborts the others
         MESSAGE("skipped: needs two GPUs");
         return;
     }
-    pp::NcclWorld world({0, 1}, 30.0);
+    pt::NcclWorld world({0, 1}, 30.0);
     std::string reason, rank0_error;
     try {
-        pp::run_ranks(world.host(), [&](int rank) {
+        pt::run_ranks(world.host(), [&](int rank) {
             pt::set_device(pt::Device{true, rank});
-            pp::NcclComm comm(world, rank);
+            pt::NcclComm comm(world, rank);
             if (rank == 1) throw std::runtime_error("injected failure");
             pt::Buf grads(16);
             try {

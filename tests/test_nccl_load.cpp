@@ -169,7 +169,7 @@ TEST_CASE("nccl_available: a missing library is one line naming it, and NcclWorl
     std::string missing = temp_dir("nccl_load_api") + "/no/libnccl.so.2";
     ::setenv("PIPETRAIN_NCCL_LIBRARY", missing.c_str(), 1);
     std::string why;
-    CHECK_FALSE(pp::nccl_available(&why));
+    CHECK_FALSE(pt::nccl_available(&why));
     INFO(why);
     CHECK(why.rfind("cannot load " + missing + " (", 0) == 0);
     CHECK(why.find("No such file") != std::string::npos);   // dlerror's reason is kept
@@ -178,8 +178,8 @@ TEST_CASE("nccl_available: a missing library is one line naming it, and NcclWorl
     // Opened once: a later call gives the first answer without looking again.
     ::unsetenv("PIPETRAIN_NCCL_LIBRARY");
     std::string again;
-    CHECK_FALSE(pp::nccl_available(&again));
+    CHECK_FALSE(pt::nccl_available(&again));
     CHECK(again == why);
-    CHECK_THROWS_WITH_AS(pp::NcclWorld({0, 1}, 1.0), ("NCCL: " + why).c_str(), std::runtime_error);
+    CHECK_THROWS_WITH_AS(pt::NcclWorld({0, 1}, 1.0), ("NCCL: " + why).c_str(), std::runtime_error);
 }
 #endif

@@ -16,6 +16,9 @@
 #include "src/comm.hpp"
 
 using namespace pp;
+using pt::run_ranks;
+using pt::ThreadComm;
+using pt::ThreadWorld;
 
 namespace {
 

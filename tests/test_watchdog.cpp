@@ -21,6 +21,7 @@
 #include "tests/process_util.hpp"
 
 using namespace pp;
+using namespace pt;
 using namespace test;
 
 namespace {

@@ -36,14 +36,14 @@ double now_us() {   // steady_clock is CLOCK_MONOTONIC: one clock for every proc
 // One rank of the MPI job: its stage only, a warm-up step and the step of step 1, then in DIR
 // rankR.params (its layers' floats, in model order) and rankR.txt (its clock and its timeline).
 int worker(const std::string& dir) {
-    pp::MpiWorld world(30.0);   // every wait of this process has a 30 s deadline
+    pt::MpiWorld world(30.0);   // every wait of this process has a 30 s deadline
     if (world.size() != P) world.abort("tutorial 13 needs " + std::to_string(P) + " ranks");
     const int rank = world.rank();
     RankPlace at{P, 1, rank, 0};
     std::unique_ptr<TransformerStage> stage;
     double origin = 0;
     std::vector<pp::Event> events;
-    pp::run_mpi_rank(world, [&](pp::Comm& comm) {   // a throw here ends the job with "rank R (HOST): why"
+    pt::run_mpi_rank(world, [&](pp::Comm& comm) {   // a throw here ends the job with "rank R (HOST): why"
         Data data = read_data(T);   // silently: the launcher already said which corpus
         Batch batch = batch_of(data, rows * M);
         stage = make_stage(data.cfg, split_by_flops(data.cfg, P)[rank]);
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     std::printf("look at: the timeline of tutorial 07; every message is a copy inside one process.\n\n");
 
     std::printf("== step 2: the same step, the ranks as %d processes (scripts/mpirun.sh) ==\n", P);
-    if (!pp::mpi_built())
+    if (!pt::mpi_built())
         std::printf("MPI unavailable: this build has no MPI (install libopenmpi-dev openmpi-bin, configure and "
                     "build again); steps 2 and 3 are skipped.\n\n");
     else if (std::system("command -v \"${MPIRUN:-mpirun}\" >/dev/null 2>&1") != 0)

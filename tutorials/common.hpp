@@ -137,9 +137,9 @@ inline StepResult step_on_threads(Stages& m, const pp::Schedule& schedule, const
     std::vector<std::vector<pp::Event>> events(m.P * m.D);
     double loss_sum = 0;
     std::chrono::steady_clock::time_point origin;   // rank 0 reads the clock once; every rank uses it
-    pp::ThreadWorld world(m.P * m.D, 60.0);
-    pp::run_ranks(world, [&](int rank) {
-        pp::ThreadComm comm(world, rank);
+    pt::ThreadWorld world(m.P * m.D, 60.0);
+    pt::run_ranks(world, [&](int rank) {
+        pt::ThreadComm comm(world, rank);
         RankPlace at{m.P, m.D, rank % m.P, rank / m.P};
         TransformerStage& stage = *m.stages[rank];
         Optimizer& opt = *m.optim[rank];

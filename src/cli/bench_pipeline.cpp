@@ -71,10 +71,10 @@ std::vector<Cost> measure_layers(const ModelConfig& cfg, const MicroBatch& mb, c
 // Half the round trip of one activation between two ThreadComm ranks: a transfer's cost here
 // is mostly a thread hand-off, not the copy.
 double measure_comm(size_t bytes, int reps) {
-    pp::ThreadWorld world(2, 30.0);
+    pt::ThreadWorld world(2, 30.0);
     double us = 0;
-    pp::run_ranks(world, [&](int rank) {
-        pp::ThreadComm comm(world, rank);
+    pt::run_ranks(world, [&](int rank) {
+        pt::ThreadComm comm(world, rank);
         std::vector<char> buf(bytes);
         comm.barrier();
         auto t0 = Clock::now();
@@ -128,9 +128,9 @@ Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, int 
     std::vector<std::vector<std::vector<pp::Event>>> timelines(steps + 1, std::vector<std::vector<pp::Event>>(P));
     std::vector<int> ranks(P);
     for (int p = 0; p < P; p++) ranks[p] = p;
-    pp::ThreadWorld world(P, 120.0);
-    pp::run_ranks(world, [&](int rank) {
-        pp::ThreadComm comm(world, rank);
+    pt::ThreadWorld world(P, 120.0);
+    pt::run_ranks(world, [&](int rank) {
+        pt::ThreadComm comm(world, rank);
         pp::Pipeline pipe(schedule, V, *stages[rank], comm, rank, ranks, pp::plan_for(schedule, V));
         StepHooks hooks;
         hooks.start = [&] {

@@ -50,7 +50,7 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
                 }
             }
             act.swap(next);
-            pp::beat();   // on rank 0 during --eval-every: a long evaluation is not a hang
+            pt::beat();   // on rank 0 during --eval-every: a long evaluation is not a hang
         }
     }
     return r;

@@ -111,7 +111,7 @@ struct TrainRun : TrainFlags {
     int start_step = 0;                                // --resume: the checkpoint's step
     std::string resume;                                // --resume: the checkpoint each rank loads its moments from
     int gpus = 0;
-    pp::MpiWorld* mpi = nullptr;                       // null: the ranks are threads of this process
+    pt::MpiWorld* mpi = nullptr;                       // null: the ranks are threads of this process
     int rank = 0;                                      // with mpi, this process's rank
     bool root = true;                                  // rank 0 runs here: it prints, owns --out, commits
     int local_rank = 0;                                // with mpi: this rank's place on its node

@@ -85,7 +85,7 @@ int dry_run(TrainRun& w, const Setup& s, Args& a) {
 }
 
 // The run, in every process: all ranks as threads (mpi null), or this process's rank of an MPI job.
-int train(Args& a, const std::vector<std::string>& argv, const std::string& program, pp::MpiWorld* mpi) {
+int train(Args& a, const std::vector<std::string>& argv, const std::string& program, pt::MpiWorld* mpi) {
     TrainRun w;
     w.mpi = mpi;
 #ifdef PIPETRAIN_MPI
@@ -141,7 +141,7 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
     std::string comm = a.str("--comm", "auto");
     if (comm != "auto" && comm != "thread" && comm != "nccl" && comm != "mpi")
         throw std::runtime_error("--comm: expected auto, thread, nccl or mpi, got \"" + comm + "\"");
-    bool launched = pp::launched_by_mpi();
+    bool launched = pt::launched_by_mpi();
     if (comm == "thread" && launched)
         throw std::runtime_error("--comm thread: this process was started by an MPI launcher, where each process is one "
                                  "rank (--comm mpi or auto); run it without mpirun for threads");
@@ -150,7 +150,7 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
     throw std::runtime_error(std::string(comm == "mpi" ? "--comm mpi" : "started by an MPI launcher") +
                              ": this build has no MPI (install libopenmpi-dev, then configure and build again)");
 #else
-    pp::MpiWorld mpi(a.real("--timeout", 120.0, 1e-3, 1e6));
+    pt::MpiWorld mpi(a.real("--timeout", 120.0, 1e-3, 1e6));
     try {
         return train(a, argv, program, &mpi);
     } catch (const std::exception& e) {

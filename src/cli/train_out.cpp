@@ -93,7 +93,7 @@ std::vector<pp::Event> unpack_events(const std::string& bytes) {
 // 0's answer assumed halfway through it. So the offset is off by at most half that round trip,
 // returned in *error_us. Ranks in rank 0's process share its clock and origin: 0, exactly.
 double clock_offset_us(TrainRun& w, pp::Comm& comm, int rank, double* error_us) {
-    const int rounds = 16, tag = pp::kTagClock;
+    const int rounds = 16, tag = pt::kTagClock;
     auto now = [&] { return std::chrono::duration<double, std::micro>(Clock::now() - w.origin).count(); };
     *error_us = 0;
     if (rank == 0) {
@@ -167,11 +167,11 @@ std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool g
             if (rank == 0) all.push_back(w.stages[owner]->layer(i));
         } else if (rank == owner) {
             Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
-            comm.send(b.data(), b.size() * sizeof(float), 0, pp::kTagLayer + i);
+            comm.send(b.data(), b.size() * sizeof(float), 0, pt::kTagLayer + i);
         } else if (rank == 0) {
             held.push_back(make_layer(w.setup->cfg, i));
             Buf& b = grads ? held.back()->grads : held.back()->params;
-            comm.recv(b.data(), b.size() * sizeof(float), owner, pp::kTagLayer + i);
+            comm.recv(b.data(), b.size() * sizeof(float), owner, pt::kTagLayer + i);
             all.push_back(held.back().get());
         }
     }
@@ -195,7 +195,7 @@ void save_checkpoint(TrainRun& w, pp::Comm& comm, int rank, int step) {
         Optimizer& opt = *w.optim[rank];
         bool sharded = w.P > 1;
         write_weights(tmp + "/" + (sharded ? shard_name("model", rank, w.P) : "model.safetensors"), stage.layers(), w.save_format);
-        pp::beat();   // a save of a large model is progress for the watchdog, file by file
+        pt::beat();   // a save of a large model is progress for the watchdog, file by file
         st::Writer moments;
         std::vector<Layer*> layers = stage.layers();
         for (size_t li = 0; li < layers.size(); li++)
@@ -205,7 +205,7 @@ void save_checkpoint(TrainRun& w, pp::Comm& comm, int rank, int step) {
                 moments.add_f32(pi.name + ".exp_avg_sq", pi.shape, opt.v[li].data() + pi.offset);
             }
         moments.write(tmp + "/" + (sharded ? shard_name("optimizer", rank, w.P) : "optimizer.safetensors"));
-        pp::beat();
+        pt::beat();
     }
     comm.barrier();   // every shard is written (each write is fsynced)
     if (rank != 0) return;
@@ -216,7 +216,7 @@ void save_checkpoint(TrainRun& w, pp::Comm& comm, int rank, int step) {
     write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
     double hashing = 0;
     uint64_t bytes = seal_dir(tmp, &hashing);
-    pp::beat();
+    pt::beat();
     commit_dir(tmp, dir);
     std::vector<std::pair<int, std::string>> all;
     for (const auto& e : std::filesystem::directory_iterator(w.out)) {
@@ -271,8 +271,8 @@ void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::E
     double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
     std::vector<pp::Event> events = timeline;
     for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
-    std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), pp::kTagTimeline);
-    std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), pp::kTagClockError);
+    std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), pt::kTagTimeline);
+    std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), pt::kTagClockError);
     for (size_t r = 0; r < all.size(); r++) {
         std::vector<pp::Event> e = unpack_events(all[r]);
         w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());

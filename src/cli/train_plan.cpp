@@ -211,7 +211,7 @@ void choose_comm(TrainRun& w) {
     std::string no_nccl = "this build has no NCCL";
     bool nccl_loads = false;
 #ifdef PIPETRAIN_NCCL
-    if (w.comm == "nccl" || (w.comm == "auto" && nccl_possible)) nccl_loads = pp::nccl_available(&no_nccl);
+    if (w.comm == "nccl" || (w.comm == "auto" && nccl_possible)) nccl_loads = pt::nccl_available(&no_nccl);
 #endif
     if (w.comm == "nccl" && !nccl_loads) throw std::runtime_error("--comm nccl: " + no_nccl);
     if (w.comm == "auto" && nccl_possible && !nccl_loads && w.root)

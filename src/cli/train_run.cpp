@@ -174,11 +174,11 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
     set_device(mine, rank);
     stage.to(mine), opt.to(mine);
     pp::Pipeline pipe(w.schedule, w.V, stage, comm, at.p, at.pipeline_group(), pp::plan_for(w.schedule, w.V));
-    pp::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
+    pt::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     auto t_start = Clock::now();
     int diverging = 0;   // steps in a row with the loss above check_divergence's limit
     for (int step = w.start_step; step < w.steps; step++) {
-        pp::beat("batch", step + 1);   // counted from 1, as the progress line does
+        pt::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = batch_of_step(s, step);
         int64_t targets = global.num_targets();
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
@@ -191,19 +191,19 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
         if (eval_now || save_now) {
             stage.to(Device{}), opt.to(Device{});   // evaluate and save on the host
             synchronize();
-            pp::beat("barrier");
+            pt::beat("barrier");
             comm.barrier();   // rank 0 may read its process's other ranks' layers from here
         }
         if (rank == 0) {   // printed just before the save: a step line is followed by its checkpoint
             w.last_loss = targets ? o.loss_sum / double(targets) : 0.0;
             print_step(w, step, w.last_loss, lr, o.norm, slots, std::chrono::duration<double>(Clock::now() - t_start).count());
         }
-        if (eval_now) w.eval_step = step + 1, pp::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
+        if (eval_now) w.eval_step = step + 1, pt::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
         if (rank == 0 && step + 1 < w.steps) w.metrics.append(w.record);   // the last one after the final evaluation
-        if (save_now) pp::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
+        if (save_now) pt::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
         if (stop && !w.stopped_at) w.stopped_at = step + 1;
         if (rank == 0) std::fflush(stdout);   // the step line with its checkpoint line, once it is committed
-        pp::beat("barrier");
+        pt::beat("barrier");
         comm.barrier();
         if (stop) break;
         if (eval_now || save_now) stage.to(mine), opt.to(mine);
@@ -287,30 +287,30 @@ void run_world(TrainRun& w, bool made_out) {
             if (w.comm == "nccl") {
 #ifdef PIPETRAIN_NCCL
                 set_device(device_of_rank(w, w.rank), w.rank);
-                pp::MpiComm host(*w.mpi);
-                pp::NcclWorld world(*w.mpi, device_of_rank(w, w.rank).index, w.timeout);
-                pp::NcclComm comm(world, host, w.rank);
-                pp::run_mpi_rank(*w.mpi, [&](pp::Comm&) { run_rank(w, comm, w.rank); });
+                pt::MpiComm host(*w.mpi);
+                pt::NcclWorld world(*w.mpi, device_of_rank(w, w.rank).index, w.timeout);
+                pt::NcclComm comm(world, host, w.rank);
+                pt::run_mpi_rank(*w.mpi, [&](pp::Comm&) { run_rank(w, comm, w.rank); });
 #endif
             } else {
-                pp::run_mpi_rank(*w.mpi, [&](pp::Comm& comm) { run_rank(w, comm, w.rank); });
+                pt::run_mpi_rank(*w.mpi, [&](pp::Comm& comm) { run_rank(w, comm, w.rank); });
             }
 #endif
         } else if (w.comm == "nccl") {
 #ifdef PIPETRAIN_NCCL
             std::vector<int> gpus;
             for (int r = 0; r < w.P * w.D; r++) gpus.push_back(device_of_rank(w, r).index);
-            pp::NcclWorld world(gpus, w.timeout);
-            pp::run_ranks(world.host(), [&](int rank) {
+            pt::NcclWorld world(gpus, w.timeout);
+            pt::run_ranks(world.host(), [&](int rank) {
                 set_device(device_of_rank(w, rank), rank);
-                pp::NcclComm comm(world, rank);
+                pt::NcclComm comm(world, rank);
                 run_rank(w, comm, rank);
             });
 #endif
         } else {
-            pp::ThreadWorld world(w.P * w.D, w.timeout);
-            pp::run_ranks(world, [&](int rank) {
-                pp::ThreadComm comm(world, rank);
+            pt::ThreadWorld world(w.P * w.D, w.timeout);
+            pt::run_ranks(world, [&](int rank) {
+                pt::ThreadComm comm(world, rank);
                 run_rank(w, comm, rank);
             });
         }

@@ -39,7 +39,7 @@ Batch Batch::slice(int first, int count) const {
 Objective parse_objective(const std::string& s) {
     if (s == "mlm") return Objective::mlm;
     if (s == "causal") return Objective::causal;
-    throw std::runtime_error("--objective: expected mlm or causal, got \"" + s + "\"");
+    throw std::runtime_error("unknown objective \"" + s + "\" (expected mlm or causal)");
 }
 
 

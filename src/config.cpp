@@ -31,7 +31,7 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     }
     std::string all;
     for (const Preset& p : kPresets) all += std::string(all.empty() ? "" : ", ") + p.name;
-    throw std::runtime_error("--preset: unknown preset \"" + name + "\" (expected one of " + all + ")");
+    throw std::runtime_error("unknown preset \"" + name + "\" (expected one of " + all + ")");
 }
 
 }  // namespace pt

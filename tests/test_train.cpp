@@ -465,6 +465,11 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --stages 8",   // it said what was wrong, not what to do
          "the model has 6 (embedding, 4 blocks, head): use --stages 6 or fewer, or a model with more blocks (--blocks"},
         {"train --model " + fixture("bad/base_tiny") + " --data " + kSample + " --blocks 3", "--blocks: only with --preset"},
+        // The lesson names the quantity, the CLI the flag it came from (src/cli/args.hpp for_flag).
+        {"train --preset huge --data " + kSample, "--preset: unknown preset \"huge\" (expected one of tiny"},
+        {"train --preset tiny --data " + kSample + " --objective nsp", "--objective: unknown objective \"nsp\" (expected mlm or causal)"},
+        {"partition --preset huge", "--preset: unknown preset \"huge\""},
+        {"bench-pipeline --preset huge", "--preset: unknown preset \"huge\""},
     };
     for (const Case& c : cases) {
         Run r = run_cli(c.args + (c.args.rfind("train", 0) == 0 ? " --out " + out : ""));

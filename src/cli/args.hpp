@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,17 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 int terminal_columns();
 
 // "1 stage", "4 stages", "1 micro-batch": a count with its noun, in the singular for one.
+// The lesson's parse functions name the quantity ("unknown preset ..."); the CLI adds the flag:
+// for_flag("--preset", [&] { return ModelConfig::preset(name); }) throws "--preset: unknown ...".
+template <class Parse>
+auto for_flag(const char* flag, Parse&& parse) -> decltype(parse()) {
+    try {
+        return parse();
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string(flag) + ": " + e.what());
+    }
+}
+
 inline std::string count_of(long long n, const std::string& noun, const std::string& plural = "") {
     return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
 }

@@ -257,7 +257,7 @@ void print_table(const std::vector<BenchRow>& rows, int M, unsigned cores) {
 int bench_pipeline_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--preset", "--blocks", "--batch", "--seq", "--micro-batches", "--stages", "--schedules", "--chunks",
                   "--steps", "--reps"});
-    ModelConfig cfg = ModelConfig::preset(a.str("--preset", "tiny"));
+    ModelConfig cfg = for_flag("--preset", [&] { return ModelConfig::preset(a.str("--preset", "tiny")); });
     // More blocks than the preset's: P = 4 with two chunks per rank needs 8 virtual stages.
     cfg.num_hidden_layers = int(a.integer("--blocks", cfg.num_hidden_layers, 1, 1024));
     int chunks = int(a.integer("--chunks", 2, 1, pp::kMaxChunks));   // of interleaved, interleaved-zb, looped-bfs

@@ -69,7 +69,8 @@ int partition_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--preset", "--blocks", "--stages", "--by", "--batch", "--seq"});
     if (a.has("--model") == a.has("--preset")) throw std::runtime_error("--model / --preset: give exactly one of them");
     if (a.has("--blocks") && a.has("--model")) throw std::runtime_error("--blocks: only with --preset");
-    ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model")) : ModelConfig::preset(a.str("--preset"));
+    ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model"))
+                                        : for_flag("--preset", [&] { return ModelConfig::preset(a.str("--preset")); });
     cfg.num_hidden_layers = int(a.integer("--blocks", cfg.num_hidden_layers, 1, 1024));
     int P = int(a.integer("--stages", 4, 1, 64));
     std::string by = a.str("--by", "time");

@@ -153,11 +153,7 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
 
 // The schedule, the devices, the split of the layers over the ranks, and how the layers run.
 void plan_pipeline(TrainRun& w, const Setup& s, Args& a) {
-    try {
-        w.recompute = parse_recompute(a.str("--recompute", "none"));
-    } catch (const std::runtime_error& e) {
-        throw std::runtime_error(std::string("--recompute: ") + e.what());
-    }
+    w.recompute = for_flag("--recompute", [&] { return parse_recompute(a.str("--recompute", "none")); });
     w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
     bool planned = w.schedule_name == "auto";   // from the measured costs, below
     require_chunks(w.schedule_name, a.has("--chunks"));

@@ -59,7 +59,7 @@ std::unique_ptr<Tokenizer> choose_model(const Args& a, bool training, bool has_d
         if (!training) throw std::runtime_error("--model: required");
         if (a.has("--vocab-size") && !has_data)
             throw std::runtime_error("--vocab-size: only with --data (the vocabulary is built from the corpus)");
-        s.cfg = ModelConfig::preset(a.str("--preset", "tiny"));
+        s.cfg = for_flag("--preset", [&] { return ModelConfig::preset(a.str("--preset", "tiny")); });
         s.cfg.num_hidden_layers = int(a.integer("--blocks", s.cfg.num_hidden_layers, 1, 1024));
         if (has_data && !a.has("--dry-run")) {
             // A preset trained on a corpus gets a vocabulary built from that corpus.
@@ -127,7 +127,9 @@ Setup make_setup(const Args& a, bool training) {
     }
     // A causal model says so in its config.json (is_decoder), so eval and a further run default to
     // it. A classifier never is one: it reads [CLS], which a causal mask would hide from the text.
-    s.objective = parse_objective(a.str("--objective", s.cfg.is_decoder && !classify ? "causal" : "mlm"));
+    s.objective = for_flag("--objective", [&] {
+        return parse_objective(a.str("--objective", s.cfg.is_decoder && !classify ? "causal" : "mlm"));
+    });
     if (classify && s.objective == Objective::causal)
         throw std::runtime_error("--objective causal: a classifier reads [CLS], which a causal mask hides from the text");
     s.cfg.is_decoder = s.objective == Objective::causal;

@@ -9,7 +9,6 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
-#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -21,31 +20,24 @@
 namespace pp {
 
 // ---- Actions and schedules ---------------------------------------------------------------------
-
 // F: forward. B: full backward. BI: backward for the input gradient only (what the previous stage
 // waits for). BW: backward for the weight gradient only (nobody waits for it; it can be delayed).
 enum class Op { F, B, BI, BW };
 
-// One step of one rank: run `op` for `microbatch` on this rank's model chunk `chunk`. The model
-// has S = P*V virtual stages; which rank and chunk hold stage s is the schedule's placement.
+// One step of one rank: run `op` for `microbatch` on its chunk `chunk` of the S = P*V virtual stages.
 struct Action {
     Op op;
     int microbatch;
     int chunk = 0;
-    // DualPipe's F&B: this backward overlaps the forward just before it. The executor runs the two
-    // one after the other; the simulator can charge the pair either F + B or max(F, B).
-    bool overlapped = false;
+    bool overlapped = false;  // DualPipe's F&B: overlaps the F before it (run in turn; simulated F + B or max)
 };
 inline bool operator==(const Action& a, const Action& b) {
     return a.op == b.op && a.microbatch == b.microbatch && a.chunk == b.chunk && a.overlapped == b.overlapped;
 }
-inline bool operator!=(const Action& a, const Action& b) { return !(a == b); }
 
-// Where the virtual stages live. loop (Megatron): chunk c of rank r is stage c*P + r, so a
-// micro-batch goes round the ranks V times. vee: odd chunks run back, chunk c of rank r is stage
-// c*P + P-1-r; with V = 2 rank r holds stages r and 2P-1-r, the first and the last stage share
-// rank 0 (so does the tied embedding), and the turn at rank P-1 never leaves the rank (ZB-V,
-// DualPipeV).
+// Where the virtual stages live. loop (Megatron): chunk c of rank r is stage c*P + r, round the ranks V
+// times. vee (ZB-V, DualPipeV): odd chunks run back (stage c*P + P-1-r); with V = 2 the first and last
+// stages (and the tied embedding) share rank 0, and the turn at rank P-1 never leaves the rank.
 enum class Placement { loop, vee };
 
 struct Layout {
@@ -63,21 +55,14 @@ struct Schedule : std::vector<std::vector<Action>> {
     Placement placement = Placement::loop;
 };
 inline bool operator==(const Schedule& a, const Schedule& b) {
-    using Lists = std::vector<std::vector<Action>>;
-    return a.placement == b.placement && static_cast<const Lists&>(a) == static_cast<const Lists&>(b);
+    return a.placement == b.placement && std::equal(a.begin(), a.end(), b.begin(), b.end());
 }
-inline bool operator!=(const Schedule& a, const Schedule& b) { return !(a == b); }
 
-inline const char* op_name(Op op) {
-    static const char* const names[] = {"F", "B", "BI", "BW"};
-    return names[int(op)];
-}
+inline const char* op_name(Op op) { return op == Op::F ? "F" : op == Op::B ? "B" : op == Op::BI ? "BI" : "BW"; }
 
 // "F3", "BI3"; with_chunk gives "F3.1" (used whenever V > 1, and always by the executor).
 inline std::string to_string(const Action& a, bool with_chunk = false) {
-    std::string s = op_name(a.op) + std::to_string(a.microbatch);
-    if (with_chunk) s += "." + std::to_string(a.chunk);
-    return s;
+    return op_name(a.op) + std::to_string(a.microbatch) + (with_chunk ? "." + std::to_string(a.chunk) : "");
 }
 
 inline std::string to_string(const Schedule& schedule, bool with_chunk = false) {
@@ -105,9 +90,8 @@ inline Schedule gpipe(int P, int M) {
     Schedule schedule(P);
     for (int rank = 0; rank < P; rank++) {
         for (int mb = 0; mb < M; mb++) schedule[rank].push_back({Op::F, mb});
-        // Backward in INCREASING micro-batch order. GPipe figures often draw it reversed (last in,
-        // first out); we keep the order of a single device so weight gradients are accumulated in
-        // the same order and the pipeline reproduces one-device training bit for bit.
+        // Backward in INCREASING micro-batch order (figures often draw it reversed): one device's
+        // order of accumulating weight gradients, so the pipeline reproduces it bit for bit.
         for (int mb = 0; mb < M; mb++) schedule[rank].push_back({Op::B, mb});
     }
     return schedule;
@@ -122,8 +106,7 @@ inline Schedule one_f_one_b(int P, int M) {
         std::vector<Action>& actions = schedule[rank];
         int num_warmup_microbatches = std::min(P - rank - 1, M);
         int num_microbatches_remaining = M - num_warmup_microbatches;
-        // Warmup: run ahead by the number of stages after this one, so the first backward arrives
-        // just as the pipeline is full.
+        // Warmup: run ahead by the number of stages after this one, so the first backward comes as it fills.
         for (int i = 0; i < num_warmup_microbatches; i++) actions.push_back({Op::F, i});
         // Steady state: one forward, one backward.
         for (int i = 0; i < num_microbatches_remaining; i++) {
@@ -137,11 +120,10 @@ inline Schedule one_f_one_b(int P, int M) {
     return schedule;
 }
 
-// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each rank holds V chunks, so the pipeline
-// fills V times faster and the bubble shrinks by about V, for V times more messages. Megatron's
-// order: forwards in groups of P micro-batches per chunk (chunk 0 for 0..P-1, chunk 1 for the same,
-// ..., then chunk 0 for P..2P-1), backwards the same with the chunks reversed, so each chunk sees
-// its micro-batches in increasing order. M must be a multiple of P (Megatron's), so groups are full.
+// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each rank holds V chunks, so the pipeline fills V
+// times faster and the bubble shrinks by about V, for V times more messages. Megatron's order: forwards in
+// groups of P micro-batches per chunk (chunk 0 for 0..P-1, chunk 1 for the same, ..., chunk 0 for P..2P-1),
+// backwards with the chunks reversed, each chunk in increasing micro-batch order; M a multiple of P (full groups).
 inline Schedule interleaved(int P, int M, int V) {
     detail::check_sizes("interleaved", P, M, V);
     if (M % P != 0)
@@ -149,43 +131,36 @@ inline Schedule interleaved(int P, int M, int V) {
                                     std::to_string(M) + ") to be a multiple of the number of stages P (" +
                                     std::to_string(P) + ")");
     int total = M * V;  // forward steps per rank (all chunks)
-    auto forward_action = [&](int k) {
+    auto action = [&](Op op, int k) {  // a rank's k-th forward or backward
         int group = k / (P * V), in_group = k % (P * V);
-        return Action{Op::F, group * P + in_group % P, in_group / P};
-    };
-    auto backward_action = [&](int k) {
-        int group = k / (P * V), in_group = k % (P * V);
+        if (op == Op::F) return Action{Op::F, group * P + in_group % P, in_group / P};
         return Action{Op::B, group * P + in_group % P, V - 1 - in_group / P};
     };
     Schedule schedule(P);
     for (int rank = 0; rank < P; rank++) {
         std::vector<Action>& actions = schedule[rank];
-        // Megatron's warm-up: (V - 1) * P forwards so every chunk has started, plus two per stage
-        // after this one, because a forward's output only leaves with the following backward's
-        // (see the plain plan below). V = 1 is plain 1F1B, as in Megatron.
+        // Megatron's warm-up: (V - 1) * P forwards so every chunk has started, plus two per later stage,
+        // as a forward's output leaves only with the next backward's (the plain plan). V = 1: 1F1B.
         int num_warmup_microbatches = V == 1 ? std::min(P - rank - 1, M)
                                              : std::min((P - rank - 1) * 2 + (V - 1) * P, total);
         int num_microbatches_remaining = total - num_warmup_microbatches;
         // Warmup
-        for (int k = 0; k < num_warmup_microbatches; k++) actions.push_back(forward_action(k));
+        for (int k = 0; k < num_warmup_microbatches; k++) actions.push_back(action(Op::F, k));
         // Steady state
         for (int k = 0; k < num_microbatches_remaining; k++) {
-            actions.push_back(forward_action(num_warmup_microbatches + k));
-            actions.push_back(backward_action(k));
+            actions.push_back(action(Op::F, num_warmup_microbatches + k));
+            actions.push_back(action(Op::B, k));
         }
         // Cooldown
-        for (int k = num_microbatches_remaining; k < total; k++) actions.push_back(backward_action(k));
+        for (int k = num_microbatches_remaining; k < total; k++) actions.push_back(action(Op::B, k));
     }
     return schedule;
 }
 
 // ---- The plain plan: the transfers a schedule implies ------------------------------------------
-// F of stage s > 0 receives its input from the rank holding s-1 and, unless s is the last stage,
-// sends its output to the rank holding s+1; B and BI go the other way, BW sends nothing. Between
-// two actions a rank posts the send just finished and the next receive as ONE group, complete when
-// each operation has met its peer's (unbuffered, FIFO per pair of ranks). With the loop placement
-// and V > 1 an F followed by a B is one step (Megatron's pairs), as is an overlapped F&B pair.
-// Why, and the lab header's late sends: docs/communication.md.
+// F receives from the previous virtual stage and sends to the next, B and BI the other way. Between
+// two steps a rank posts ONE group, the sends just finished and the next receives, complete when each
+// operation has met its peer's (unbuffered, FIFO per pair of ranks). Why, and late sends: docs/communication.md.
 
 // A tag names what a transfer carries: (gradient?, micro-batch, chunk of the receiving action),
 // the chunk in 7 bits: a rank holds at most kMaxChunks chunks (validate and --chunks check it).
@@ -196,13 +171,14 @@ inline int tag_microbatch(int tag) { return tag / (2 * kMaxChunks); }
 inline int tag_chunk(int tag) { return (tag / 2) % kMaxChunks; }
 // The receiving action's name: "F3" for an activation, "B3" for a gradient ("F3.1" with chunk).
 inline std::string tag_label(int tag, bool with_chunk = true) {
-    Action a{tag_is_grad(tag) ? Op::B : Op::F, tag_microbatch(tag), tag_chunk(tag)};
-    return to_string(a, with_chunk);
+    return to_string(Action{tag_is_grad(tag) ? Op::B : Op::F, tag_microbatch(tag), tag_chunk(tag)}, with_chunk);
 }
 
 struct CommOp { bool send; int peer; int tag; };  // peer: a pipeline rank
-
 inline bool operator==(const CommOp& a, const CommOp& b) { return a.send == b.send && a.peer == b.peer && a.tag == b.tag; }
+
+// A rank's groups of transfers, plan[i] before action i; one per rank is a plan of the schedule.
+using Plan = std::vector<std::vector<CommOp>>;
 
 namespace detail {
 // The receive action `a` on `rank` needs before it runs; peer < 0 when none.
@@ -222,11 +198,10 @@ inline CommOp output_of(const Action& a, int rank, const Layout& at) {
     return {true, -1, 0};
 }
 // The groups a rank posts: plan[i] before action i, plan[n] after the last one. A step is one
-// action, or one of the pairs above; before each step the rank posts the sends of the previous
-// step and the receives of this one.
-inline std::vector<std::vector<CommOp>> comm_plan(const std::vector<Action>& actions, int rank, const Layout& at) {
+// action, or a pair: F then B with the loop placement and V > 1 (Megatron's), an overlapped F&B.
+inline Plan comm_plan(const std::vector<Action>& actions, int rank, const Layout& at) {
     size_t n = actions.size();
-    std::vector<std::vector<CommOp>> plan(n + 1);
+    Plan plan(n + 1);
     std::vector<CommOp> sends;  // of the previous step
     for (size_t i = 0; i <= n; i++) {
         std::vector<CommOp>& group = plan[i];
@@ -253,35 +228,11 @@ inline std::string describe(const CommOp& op, bool with_chunk) {
     return std::string(op.send ? "send " : "recv ") + tag_label(op.tag, with_chunk) +
            (op.send ? " to rank " : " from rank ") + std::to_string(op.peer);
 }
-}  // namespace detail
-
-// A rank's groups of transfers, plan[i] before action i; one per rank is a plan of the schedule.
-using Plan = std::vector<std::vector<CommOp>>;
-
-// ---- Events: one entry of a timeline, simulated or measured ------------------------------------
-struct Event {
-    int rank = 0;
-    Action action{Op::F, 0, 0};  // the action computed, or for a comm event the action it feeds
-    bool comm = false;           // true: time spent in a send/recv group (waiting or transferring)
-    double start = 0, end = 0;   // µs from step start (measured) or cost units (simulated)
-    std::string detail;          // comm events: what the group did
-    double transfer = -1;        // comm events: the part that moved data (simulated; < 0: unknown)
-};
 
 // ---- validate ----------------------------------------------------------------------------------
-namespace detail {
-inline int infer_count(const Schedule& schedule, bool chunks) {
-    int n = 0;
-    for (const auto& actions : schedule)
-        for (const Action& a : actions) n = std::max(n, (chunks ? a.chunk : a.microbatch) + 1);
-    return n;
-}
-
-// Static checks on each rank's own list: every (micro-batch, chunk) runs F once, then either B
-// once or BI then BW once each.
+// Static checks on each rank's own list: every (micro-batch, chunk) runs F, then B or BI then BW, once each.
 inline void check_actions(const Schedule& schedule, int M, int V) {
-    int P = int(schedule.size());
-    for (int r = 0; r < P; r++) {
+    for (size_t r = 0; r < schedule.size(); r++) {
         std::vector<int> seen(size_t(M) * V, 0);  // bit flags per (chunk, micro-batch)
         const int kF = 1, kB = 2, kBI = 4, kBW = 8;
         for (const Action& a : schedule[r]) {
@@ -319,23 +270,24 @@ inline int check_lists(const Schedule& schedule, int num_microbatches, int num_c
     if (num_microbatches < 0 || num_chunks < 0 || num_chunks > kMaxChunks)
         throw std::invalid_argument("validate: num_microbatches >= 0 and 0 <= num_chunks <= " +
                                     std::to_string(kMaxChunks) + " (0 = inferred)");
-    // A transfer's tag holds its micro-batch and chunk (transfer_tag): what does not fit cannot be sent.
+    int M = num_microbatches, V = num_chunks;  // 0: inferred, the largest in the schedule + 1
     for (size_t r = 0; r < schedule.size(); r++)
-        for (const Action& a : schedule[r])
+        for (const Action& a : schedule[r]) {
+            // A transfer's tag holds its micro-batch and chunk (transfer_tag): what does not fit cannot be sent.
             if (a.microbatch < 0 || a.microbatch >= (1 << 22) || a.chunk < 0 || a.chunk >= kMaxChunks)
                 throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, true) +
                                          ": micro-batch or chunk out of range (0 <= micro-batch < 2^22, 0 <= chunk < " +
                                          std::to_string(kMaxChunks) + ")");
-    int M = num_microbatches > 0 ? num_microbatches : infer_count(schedule, false);
-    int V = num_chunks > 0 ? num_chunks : infer_count(schedule, true);
+            if (num_microbatches == 0) M = std::max(M, a.microbatch + 1);
+            if (num_chunks == 0) V = std::max(V, a.chunk + 1);
+        }
     if (M == 0 || V == 0) throw std::runtime_error("validate: the schedule has no actions");
     check_actions(schedule, M, V);
     return V;
 }
 
-// Runs every rank's groups without costs: groups match FIFO per (sender, receiver), complete once
-// each operation has met its peer's, and an action runs only after its input came. Throws on a
-// mismatch, an input that never came or a deadlock. `given` empty: the plain plan.
+// Runs every rank's groups without costs (FIFO per sender and receiver, complete once each operation has
+// met its peer's); throws on a mismatch, an action whose input has not come, or a deadlock. `given` empty: plain plan.
 inline void check_plans(const Schedule& schedule, int V, const std::vector<Plan>& given) {
     int P = int(schedule.size());
     Layout at{P, V, schedule.placement};
@@ -361,7 +313,10 @@ inline void check_plans(const Schedule& schedule, int V, const std::vector<Plan>
             if (pos[r] > n) continue;
             if (!waits[r]) {
                 group[r].clear();
-                for (const CommOp& op : plans[r][pos[r]]) group[r].push_back({op, list(r, op, false).size()}), list(r, op, false).push_back(op.tag);
+                for (const CommOp& op : plans[r][pos[r]]) {
+                    group[r].push_back({op, list(r, op, false).size()});
+                    list(r, op, false).push_back(op.tag);
+                }
                 waits[r] = progress = true;
             }
             bool met = true;
@@ -399,8 +354,7 @@ inline void check_plans(const Schedule& schedule, int V, const std::vector<Plan>
 
 // Throws std::runtime_error naming the rank, the action and the reason unless every micro-batch
 // passes F then B (or BI then BW) exactly once on every virtual stage, in dependency order, and
-// every rank's groups of transfers (`plans`, default the plain plan) run to the end with
-// unbuffered sends. num_microbatches / num_chunks = 0: inferred from the schedule.
+// every rank's groups (`plans`, default the plain plan) run to the end, unbuffered sends. 0 counts: inferred.
 inline void validate(const Schedule& schedule, int num_microbatches = 0, int num_chunks = 0,
                      const std::vector<Plan>& plans = {}) {
     int V = detail::check_lists(schedule, num_microbatches, num_chunks);
@@ -410,22 +364,18 @@ inline void validate(const Schedule& schedule, int num_microbatches = 0, int num
 // ---- Stage and Comm: what the executor needs from the model and from the transport -------------
 struct Buffer { void* data = nullptr; std::size_t bytes = 0; };
 
-// A rank's slice of the model (V chunks of layers). It owns its activation stash per
-// (micro-batch, chunk), so the executor only moves buffers around.
+// A rank's V chunks of layers. It owns the activation stash per (micro-batch, chunk): the executor only moves buffers.
 class Stage {
  public:
     virtual ~Stage() = default;
-    // Where to receive this action's incoming tensor (F: the activation, B/BI: the output
-    // gradient), owned by the stage. Asked just before the action, or earlier: a backward's paired
-    // with a forward (V > 1), a copy between two chunks of this rank as soon as its producer ran.
+    // Where to receive this action's incoming tensor (F: the activation, B/BI: the output gradient),
+    // owned by the stage; asked just before the action, or earlier (a pair of actions, a local copy).
     virtual Buffer input_buffer(Op op, int microbatch, int chunk) = 0;
-    // Each returns what to send ({} on the last virtual stage for F, on the first for B/BI), valid
-    // until the executor calls sent() for the action (later for a late send). A forward's output
-    // is always sent before the same (micro-batch, chunk)'s backward starts.
+    // Each returns what to send ({} for F on the last virtual stage, for B/BI on the first), valid until
+    // sent() for the action (later for a late send); a forward's output has left before its backward.
     virtual Buffer forward(int microbatch, int chunk) = 0;
-    // The full backward: by default BI then BW on the same stash, the same operations as a
-    // zero-bubble schedule, hence the same bits. Override it where one pass is cheaper (or BW
-    // would spoil the buffer BI returned).
+    // The full backward: by default BI then BW on the same stash, the same operations as a zero-bubble
+    // schedule, hence the same bits. Override it where one pass is cheaper (or BW spoils BI's buffer).
     virtual Buffer backward(int microbatch, int chunk) {
         Buffer input_grad = backward_input(microbatch, chunk);
         backward_weight(microbatch, chunk);
@@ -438,9 +388,8 @@ class Stage {
 
 struct P2POp { bool send; void* data; std::size_t bytes; int peer; int tag; };  // peer: a Comm rank
 
-// recv and group must not wait forever: a transport times out and throws, naming the peer
-// (ThreadComm, NcclComm in pipetrain), and abort() makes every blocked or later call throw. The
-// Pipeline calls abort when its own rank fails, so one failure stops all ranks.
+// recv and group must not wait forever: a transport times out and throws naming the peer (ThreadComm,
+// NcclComm), abort() makes every blocked or later call throw; a failing Pipeline aborts, stopping all ranks.
 class Comm {
  public:
     virtual ~Comm() = default;
@@ -450,13 +399,11 @@ class Comm {
     virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;
     virtual void group(const std::vector<P2POp>& ops) = 0;  // posted together, returns when all done
     virtual void abort(const std::string& why) = 0;  // wakes every blocked rank with an error
-    // Sum over `ranks` (in that order, so every rank gets identical bits), in place, and a barrier.
-    // The Pipeline uses neither; the step after it does (data parallelism, tied weights, the
-    // gradient norm). A transport without them throws when they are called.
+    // In-place sum over `ranks` in that order (identical bits everywhere), and a barrier: the step after
+    // the Pipeline uses them (data parallelism, tied weights, the gradient norm); by default they throw.
     virtual void allreduce_sum(float*, std::size_t, const std::vector<int>&) { missing("allreduce_sum"); }
     virtual void allreduce_sum(double*, std::size_t, const std::vector<int>&) { missing("allreduce_sum"); }
     virtual void barrier() { missing("barrier"); }
-
  private:
     [[noreturn]] static void missing(const char* what) {
         throw std::logic_error(std::string("pp::Comm::") + what + ": this transport does not have it");
@@ -464,15 +411,22 @@ class Comm {
 };
 
 // ---- Pipeline: runs one rank's part of a schedule ----------------------------------------------
-// PP_VERBOSE=1 prints every send and receive (or set pp::verbose() = true).
-inline bool& verbose() {
+// One entry of a timeline, simulated (pipeline_lab.hpp) or measured (Pipeline::timeline).
+struct Event {
+    int rank = 0;
+    Action action{Op::F, 0, 0};  // the action computed, or for a comm event the action it feeds
+    bool comm = false;           // true: time spent in a send/recv group (waiting or transferring)
+    double start = 0, end = 0;   // µs from step start (measured) or cost units (simulated)
+    std::string detail;          // comm events: what the group did
+    double transfer = -1;        // comm events: the part that moved data (simulated; < 0: unknown)
+};
+inline bool& verbose() {  // PP_VERBOSE=1 prints every send and receive (or set pp::verbose() = true)
     static bool on = [] { const char* v = std::getenv("PP_VERBOSE"); return v && std::string(v) == "1"; }();
     return on;
 }
 
-// What the executor tells an observer (a watchdog, a trace), on the rank's own thread: it starts
-// the transfers before action `index` (index == the number of actions: those after the last one),
-// action `index` itself, or the step has ended (index == the number of actions).
+// What the executor tells an observer (a watchdog, a trace), on the rank's own thread: it starts the
+// transfers before action `index` (== n, the action count: after the last), action `index`, or step_end (n).
 enum class Phase { transfers, action, step_end };
 struct Observer {
     virtual ~Observer() = default;
@@ -481,29 +435,25 @@ struct Observer {
 
 class Pipeline {
  public:
-    // ranks[i] = the Comm rank of pipeline rank i (data-parallel replicas use disjoint sets).
-    // plans: one per rank, for a schedule that needs late sends (pipeline_lab.hpp's plan_for);
-    // empty: the plain plan.
+    // ranks[i] = the Comm rank of pipeline rank i (data-parallel replicas use disjoint sets). plans:
+    // one per rank for a schedule that needs late sends (pipeline_lab.hpp's plan_for); empty: the plain plan.
     Pipeline(Schedule schedule, int num_chunks, Stage& stage, Comm& comm, int pp_rank, std::vector<int> ranks,
              std::vector<Plan> plans = {})
-        : schedule_(std::move(schedule)), V_(num_chunks), stage_(stage), comm_(comm), rank_(pp_rank),
-          ranks_(std::move(ranks)) {
-        P_ = int(schedule_.size());
-        if (int(ranks_.size()) != P_ || rank_ < 0 || rank_ >= P_ || comm_.rank() != ranks_[rank_] || V_ < 1)
-            throw std::invalid_argument("Pipeline: need one Comm rank per pipeline rank (" + std::to_string(P_) +
+        : schedule_(std::move(schedule)), at_{int(schedule_.size()), num_chunks, schedule_.placement}, stage_(stage),
+          comm_(comm), rank_(pp_rank), ranks_(std::move(ranks)) {
+        if (int(ranks_.size()) != at_.P || rank_ < 0 || rank_ >= at_.P || comm_.rank() != ranks_[rank_] || at_.V < 1)
+            throw std::invalid_argument("Pipeline: need one Comm rank per pipeline rank (" + std::to_string(at_.P) +
                                         "), a pp_rank below that, comm.rank() == ranks[pp_rank] and num_chunks >= 1");
-        validate(schedule_, 0, V_, plans);
-        plan_ = plans.empty() ? detail::comm_plan(schedule_[rank_], rank_, {P_, V_, schedule_.placement}) : plans[rank_];
+        validate(schedule_, 0, at_.V, plans);
+        plan_ = plans.empty() ? detail::comm_plan(schedule_[rank_], rank_, at_) : plans[rank_];
     }
 
-    // Executes this rank's actions for one optimizer step. On any error: aborts the Comm (waking
-    // every other rank) and throws "rank R, action F3.0: <reason> (after ...)".
-    // Event times are µs since `origin`: ranks given the same origin share one time axis.
+    // Runs this rank's actions for one optimizer step; on any error aborts the Comm (waking every rank) and
+    // throws "rank R, action F3.0: <reason> (after ...)". Event times: µs since `origin` (shared origin, shared axis).
     void run_step(std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now()) {
         events_.clear();
         const std::vector<Action>& actions = schedule_[rank_];
         auto now = [&] { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin).count(); };
-        const Layout at{P_, V_, schedule_.placement};
         std::map<int, std::pair<Buffer, Action>> outputs;  // by tag: what finished actions produced, until sent
         size_t i = 0;
         try {
@@ -514,7 +464,7 @@ class Pipeline {
                     std::vector<P2POp> ops;
                     std::string what;
                     for (const CommOp& op : group) {
-                        Buffer b = op.send ? outputs[op.tag].first : input_buffer_for(op.tag, i);
+                        Buffer b = op.send ? outputs[op.tag].first : input_buffer_for(op.tag);
                         if (op.send && !b.data) throw std::runtime_error("the stage returned no output to send");
                         ops.push_back({op.send, b.data, b.bytes, ranks_[op.peer], op.tag});
                         what += (what.empty() ? "" : ", ") + detail::describe(op, true);
@@ -529,8 +479,7 @@ class Pipeline {
                         stage_.sent(from.op, from.microbatch, from.chunk);
                         outputs.erase(op.tag);
                     }
-                    Action next = i < actions.size() ? actions[i] : actions.back();
-                    events_.push_back({rank_, next, true, start, now(), what});
+                    events_.push_back({rank_, actions[std::min(i, actions.size() - 1)], true, start, now(), what});
                 }
                 if (i == actions.size()) break;
                 const Action& a = actions[i];
@@ -544,7 +493,7 @@ class Pipeline {
                     case Op::BW: stage_.backward_weight(a.microbatch, a.chunk); break;
                 }
                 events_.push_back({rank_, a, false, start, now(), ""});
-                CommOp send = detail::output_of(a, rank_, at);
+                CommOp send = detail::output_of(a, rank_, at_);
                 if (send.peer >= 0) outputs[send.tag] = {out, a};
             }
         } catch (const std::exception& e) {
@@ -565,10 +514,9 @@ class Pipeline {
 
     // " (after F1.0 F2.0 B0.0 B1.0)": the last four actions before action i, the breadcrumbs of errors.
     std::string after(size_t i) const {
-        if (i == 0) return "";
-        std::string s = " (after";
+        std::string s;
         for (size_t j = i > 4 ? i - 4 : 0; j < i; j++) s += " " + to_string(schedule_[rank_][j], true);
-        return s + ")";
+        return s.empty() ? s : " (after" + s + ")";
     }
 
  private:
@@ -580,22 +528,17 @@ class Pipeline {
         throw std::runtime_error(msg);
     }
 
-    // The stage buffer that receives transfer `tag`: its consumer is action i, or (P = 1) a later one.
-    Buffer input_buffer_for(int tag, size_t i) {
-        Op op = Op::F;
-        if (tag_is_grad(tag)) {
-            op = Op::B;
-            const std::vector<Action>& actions = schedule_[rank_];
-            for (size_t j = std::min(i, actions.size() - 1); j < actions.size(); j++)
-                if ((actions[j].op == Op::B || actions[j].op == Op::BI) && actions[j].microbatch == tag_microbatch(tag) &&
-                    actions[j].chunk == tag_chunk(tag)) { op = actions[j].op; break; }
-        }
-        return stage_.input_buffer(op, tag_microbatch(tag), tag_chunk(tag));
+    // The stage buffer that receives transfer `tag`; a gradient's consumer is its B or its BI (validate: not both).
+    Buffer input_buffer_for(int tag) {
+        Action a{tag_is_grad(tag) ? Op::B : Op::F, tag_microbatch(tag), tag_chunk(tag)};
+        for (const Action& b : schedule_[rank_])
+            if (a.op == Op::B && b.op == Op::BI && b.microbatch == a.microbatch && b.chunk == a.chunk) a.op = Op::BI;
+        return stage_.input_buffer(a.op, a.microbatch, a.chunk);
     }
 
     Schedule schedule_;
+    Layout at_;
     Plan plan_;  // this rank's groups of transfers
-    int P_ = 0, V_ = 1;
     Stage& stage_;
     Comm& comm_;
     int rank_;

@@ -182,24 +182,24 @@ using Plan = std::vector<std::vector<CommOp>>;
 
 namespace detail {
 // The receive action `a` on `rank` needs before it runs; peer < 0 when none.
-inline CommOp input_of(const Action& a, int rank, const Layout& at) {
-    int s = at.stage(rank, a.chunk), S = at.P * at.V;
-    if (a.op == Op::F && s > 0) return {false, at.rank(s - 1), transfer_tag(false, a.microbatch, a.chunk)};
+inline CommOp input_of(const Action& a, int rank, const Layout& layout) {
+    int s = layout.stage(rank, a.chunk), S = layout.P * layout.V;
+    if (a.op == Op::F && s > 0) return {false, layout.rank(s - 1), transfer_tag(false, a.microbatch, a.chunk)};
     if ((a.op == Op::B || a.op == Op::BI) && s < S - 1)
-        return {false, at.rank(s + 1), transfer_tag(true, a.microbatch, a.chunk)};
+        return {false, layout.rank(s + 1), transfer_tag(true, a.microbatch, a.chunk)};
     return {false, -1, 0};
 }
 // The send `a` makes after it runs; peer < 0 when none.
-inline CommOp output_of(const Action& a, int rank, const Layout& at) {
-    int s = at.stage(rank, a.chunk), S = at.P * at.V;
-    if (a.op == Op::F && s < S - 1) return {true, at.rank(s + 1), transfer_tag(false, a.microbatch, at.chunk(s + 1))};
+inline CommOp output_of(const Action& a, int rank, const Layout& layout) {
+    int s = layout.stage(rank, a.chunk), S = layout.P * layout.V;
+    if (a.op == Op::F && s < S - 1) return {true, layout.rank(s + 1), transfer_tag(false, a.microbatch, layout.chunk(s + 1))};
     if ((a.op == Op::B || a.op == Op::BI) && s > 0)
-        return {true, at.rank(s - 1), transfer_tag(true, a.microbatch, at.chunk(s - 1))};
+        return {true, layout.rank(s - 1), transfer_tag(true, a.microbatch, layout.chunk(s - 1))};
     return {true, -1, 0};
 }
 // The groups a rank posts: plan[i] before action i, plan[n] after the last one. A step is one
 // action, or a pair: F then B with the loop placement and V > 1 (Megatron's), an overlapped F&B.
-inline Plan comm_plan(const std::vector<Action>& actions, int rank, const Layout& at) {
+inline Plan comm_plan(const std::vector<Action>& actions, int rank, const Layout& layout) {
     size_t n = actions.size();
     Plan plan(n + 1);
     std::vector<CommOp> sends;  // of the previous step
@@ -211,12 +211,12 @@ inline Plan comm_plan(const std::vector<Action>& actions, int rank, const Layout
         }
         sends.clear();
         if (i == n) break;
-        bool megatron = at.V > 1 && at.placement == Placement::loop && i + 2 < n && actions[i].op == Op::F &&
+        bool megatron = layout.V > 1 && layout.placement == Placement::loop && i + 2 < n && actions[i].op == Op::F &&
                         (actions[i + 1].op == Op::B || actions[i + 1].op == Op::BI) &&
                         std::any_of(actions.begin() + long(i) + 2, actions.end(), [](const Action& a) { return a.op == Op::F; });
         bool pair = megatron || (i + 1 < n && actions[i].op == Op::F && actions[i + 1].overlapped);
         for (size_t j = i; j <= i + pair; j++) {
-            CommOp in = input_of(actions[j], rank, at), out = output_of(actions[j], rank, at);
+            CommOp in = input_of(actions[j], rank, layout), out = output_of(actions[j], rank, layout);
             if (in.peer >= 0 && in.peer != rank) group.push_back(in);
             if (out.peer >= 0) sends.push_back(out);
         }
@@ -290,9 +290,9 @@ inline int check_lists(const Schedule& schedule, int num_microbatches, int num_c
 // met its peer's); throws on a mismatch, an action whose input has not come, or a deadlock. `given` empty: plain plan.
 inline void check_plans(const Schedule& schedule, int V, const std::vector<Plan>& given) {
     int P = int(schedule.size());
-    Layout at{P, V, schedule.placement};
+    Layout layout{P, V, schedule.placement};
     std::vector<Plan> plans = given;
-    for (int r = 0; given.empty() && r < P; r++) plans.push_back(comm_plan(schedule[r], r, at));
+    for (int r = 0; given.empty() && r < P; r++) plans.push_back(comm_plan(schedule[r], r, layout));
     for (int r = 0; r < P; r++)
         if (int(plans.size()) != P || plans[r].size() != schedule[r].size() + 1)
             throw std::invalid_argument("validate: a plan holds, per rank, one group per action and one after the last");
@@ -332,7 +332,7 @@ inline void check_plans(const Schedule& schedule, int V, const std::vector<Plan>
             if (!met) continue;
             for (const auto& [op, k] : group[r])
                 if (!op.send) arrived[r].push_back(op.tag);
-            CommOp in = pos[r] < n ? input_of(schedule[r][pos[r]], r, at) : CommOp{false, -1, 0};
+            CommOp in = pos[r] < n ? input_of(schedule[r][pos[r]], r, layout) : CommOp{false, -1, 0};
             if (in.peer >= 0 && std::find(arrived[r].begin(), arrived[r].end(), in.tag) == arrived[r].end())
                 throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(schedule[r][pos[r]], V > 1) +
                                          ": runs before the action that produces its input" + hint);
@@ -362,7 +362,7 @@ inline void validate(const Schedule& schedule, int num_microbatches = 0, int num
 }
 
 // ---- Stage and Comm: what the executor needs from the model and from the transport -------------
-struct Buffer { void* data = nullptr; std::size_t bytes = 0; };
+struct Bytes { void* data = nullptr; std::size_t bytes = 0; };   // a view: what a transfer sends or fills
 
 // A rank's V chunks of layers. It owns the activation stash per (micro-batch, chunk): the executor only moves buffers.
 class Stage {
@@ -370,18 +370,18 @@ class Stage {
     virtual ~Stage() = default;
     // Where to receive this action's incoming tensor (F: the activation, B/BI: the output gradient),
     // owned by the stage; asked just before the action, or earlier (a pair of actions, a local copy).
-    virtual Buffer input_buffer(Op op, int microbatch, int chunk) = 0;
+    virtual Bytes input_buffer(Op op, int microbatch, int chunk) = 0;
     // Each returns what to send ({} for F on the last virtual stage, for B/BI on the first), valid until
     // sent() for the action (later for a late send); a forward's output has left before its backward.
-    virtual Buffer forward(int microbatch, int chunk) = 0;
+    virtual Bytes forward(int microbatch, int chunk) = 0;
     // The full backward: by default BI then BW on the same stash, the same operations as a zero-bubble
     // schedule, hence the same bits. Override it where one pass is cheaper (or BW spoils BI's buffer).
-    virtual Buffer backward(int microbatch, int chunk) {
-        Buffer input_grad = backward_input(microbatch, chunk);
+    virtual Bytes backward(int microbatch, int chunk) {
+        Bytes input_grad = backward_input(microbatch, chunk);
         backward_weight(microbatch, chunk);
         return input_grad;
     }
-    virtual Buffer backward_input(int microbatch, int chunk) = 0;
+    virtual Bytes backward_input(int microbatch, int chunk) = 0;
     virtual void backward_weight(int microbatch, int chunk) = 0;
     virtual void sent(Op, int /*microbatch*/, int /*chunk*/) {}   // what that action returned has left
 };
@@ -439,13 +439,13 @@ class Pipeline {
     // one per rank for a schedule that needs late sends (pipeline_lab.hpp's plan_for); empty: the plain plan.
     Pipeline(Schedule schedule, int num_chunks, Stage& stage, Comm& comm, int pp_rank, std::vector<int> ranks,
              std::vector<Plan> plans = {})
-        : schedule_(std::move(schedule)), at_{int(schedule_.size()), num_chunks, schedule_.placement}, stage_(stage),
+        : schedule_(std::move(schedule)), layout_{int(schedule_.size()), num_chunks, schedule_.placement}, stage_(stage),
           comm_(comm), rank_(pp_rank), ranks_(std::move(ranks)) {
-        if (int(ranks_.size()) != at_.P || rank_ < 0 || rank_ >= at_.P || comm_.rank() != ranks_[rank_] || at_.V < 1)
-            throw std::invalid_argument("Pipeline: need one Comm rank per pipeline rank (" + std::to_string(at_.P) +
+        if (int(ranks_.size()) != layout_.P || rank_ < 0 || rank_ >= layout_.P || comm_.rank() != ranks_[rank_] || layout_.V < 1)
+            throw std::invalid_argument("Pipeline: need one Comm rank per pipeline rank (" + std::to_string(layout_.P) +
                                         "), a pp_rank below that, comm.rank() == ranks[pp_rank] and num_chunks >= 1");
-        validate(schedule_, 0, at_.V, plans);
-        plan_ = plans.empty() ? detail::comm_plan(schedule_[rank_], rank_, at_) : plans[rank_];
+        validate(schedule_, 0, layout_.V, plans);
+        plan_ = plans.empty() ? detail::comm_plan(schedule_[rank_], rank_, layout_) : plans[rank_];
     }
 
     // Runs this rank's actions for one optimizer step; on any error aborts the Comm (waking every rank) and
@@ -454,7 +454,7 @@ class Pipeline {
         events_.clear();
         const std::vector<Action>& actions = schedule_[rank_];
         auto now = [&] { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin).count(); };
-        std::map<int, std::pair<Buffer, Action>> outputs;  // by tag: what finished actions produced, until sent
+        std::map<int, std::pair<Bytes, Action>> outputs;  // by tag: what finished actions produced, until sent
         size_t i = 0;
         try {
             for (i = 0; i <= actions.size(); i++) {
@@ -464,7 +464,7 @@ class Pipeline {
                     std::vector<P2POp> ops;
                     std::string what;
                     for (const CommOp& op : group) {
-                        Buffer b = op.send ? outputs[op.tag].first : input_buffer_for(op.tag);
+                        Bytes b = op.send ? outputs[op.tag].first : input_buffer_for(op.tag);
                         if (op.send && !b.data) throw std::runtime_error("the stage returned no output to send");
                         ops.push_back({op.send, b.data, b.bytes, ranks_[op.peer], op.tag});
                         what += (what.empty() ? "" : ", ") + detail::describe(op, true);
@@ -485,7 +485,7 @@ class Pipeline {
                 const Action& a = actions[i];
                 if (observer_) observer_->on_action(i, Phase::action);
                 double start = now();
-                Buffer out;
+                Bytes out;
                 switch (a.op) {
                     case Op::F: out = stage_.forward(a.microbatch, a.chunk); break;
                     case Op::B: out = stage_.backward(a.microbatch, a.chunk); break;
@@ -493,7 +493,7 @@ class Pipeline {
                     case Op::BW: stage_.backward_weight(a.microbatch, a.chunk); break;
                 }
                 events_.push_back({rank_, a, false, start, now(), ""});
-                CommOp send = detail::output_of(a, rank_, at_);
+                CommOp send = detail::output_of(a, rank_, layout_);
                 if (send.peer >= 0) outputs[send.tag] = {out, a};
             }
         } catch (const std::exception& e) {
@@ -529,7 +529,7 @@ class Pipeline {
     }
 
     // The stage buffer that receives transfer `tag`; a gradient's consumer is its B or its BI (validate: not both).
-    Buffer input_buffer_for(int tag) {
+    Bytes input_buffer_for(int tag) {
         Action a{tag_is_grad(tag) ? Op::B : Op::F, tag_microbatch(tag), tag_chunk(tag)};
         for (const Action& b : schedule_[rank_])
             if (a.op == Op::B && b.op == Op::BI && b.microbatch == a.microbatch && b.chunk == a.chunk) a.op = Op::BI;
@@ -537,7 +537,7 @@ class Pipeline {
     }
 
     Schedule schedule_;
-    Layout at_;
+    Layout layout_;
     Plan plan_;  // this rank's groups of transfers
     Stage& stage_;
     Comm& comm_;

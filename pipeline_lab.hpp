@@ -242,9 +242,9 @@ struct Sim {
         std::vector<int> arrived;                      // tags received
     };
     Sim(const Schedule& schedule, int V)
-        : schedule(schedule), P(int(schedule.size())), V(V), at{P, V, schedule.placement}, sends(size_t(P) * P),
+        : schedule(schedule), P(int(schedule.size())), V(V), layout{P, V, schedule.placement}, sends(size_t(P) * P),
           recvs(size_t(P) * P), ranks(P) {
-        for (int r = 0; r < P; r++) ranks[r].plan = comm_plan(schedule[r], r, at);
+        for (int r = 0; r < P; r++) ranks[r].plan = comm_plan(schedule[r], r, layout);
     }
     // What `op` of rank r must meet: the receives posted by its destination, or the sends by its source.
     std::vector<Posted>& peer_list(int r, const CommOp& op) {
@@ -252,7 +252,7 @@ struct Sim {
     }
     const Schedule& schedule;
     int P, V;
-    Layout at;
+    Layout layout;
     bool making = false, moved = false;  // plans are being made; a send was just moved later
     std::vector<std::vector<Posted>> sends, recvs;  // [src * P + dst]
     std::vector<Rank> ranks;
@@ -279,13 +279,13 @@ inline bool move_sends_later(Sim& s, int r, int peer, size_t from) {
     return !late.empty();
 }
 
-// A FIFO mismatch: the receiver wants `tag` from rank r at FIFO index `at`. If r's posted group
-// holds that send (to `peer`, from index `at` on), it goes first; false if it does not.
-inline bool send_first(Sim& s, int r, int peer, size_t at, int tag) {
+// A FIFO mismatch: the receiver wants `tag` from rank r at FIFO index `from`. If r's posted group
+// holds that send (to `peer`, from index `from` on), it goes first; false if it does not.
+inline bool send_first(Sim& s, int r, int peer, size_t from, int tag) {
     Sim::Rank& me = s.ranks[r];
     std::vector<size_t> slots;  // positions in the group (and in plan[pos]: the same order)
     for (size_t j = 0; j < me.group.size(); j++)
-        if (me.group[j].first.send && me.group[j].first.peer == peer && me.group[j].second >= at) slots.push_back(j);
+        if (me.group[j].first.send && me.group[j].first.peer == peer && me.group[j].second >= from) slots.push_back(j);
     auto wanted = std::find_if(slots.begin(), slots.end(), [&](size_t j) { return me.group[j].first.tag == tag; });
     if (wanted == slots.end()) return false;
     std::vector<CommOp> order = {me.group[*wanted].first};
@@ -364,7 +364,7 @@ inline double finish_group(SimResult& res, Sim& s, int r, const Costs& costs) {
 inline void run_action(SimResult& res, Sim& s, int r, double ready, const Costs& costs) {
     Sim::Rank& me = s.ranks[r];
     const Action& a = s.schedule[r][me.pos];
-    CommOp in = input_of(a, r, s.at);
+    CommOp in = input_of(a, r, s.layout);
     if (in.peer >= 0 && std::find(me.arrived.begin(), me.arrived.end(), in.tag) == me.arrived.end())
         throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, s.V > 1) +
                                  ": runs before the action that produces its input");
@@ -535,21 +535,21 @@ inline Schedule plan_greedy(int P, int M, const std::vector<Costs>& costs, const
     };
     for (int planned = 0; planned < 3 * P * M; planned++) {
         int r = -1;  // the rank that can act first (ties: the lowest)
-        double at = never;
+        double soonest = never;
         for (int q = 0; q < P; q++) {
             const Rank& me = ranks[q];
             double when = me.bw < me.bi ? me.clock : std::max(me.clock, std::min(f_ready(q), bi_ready(q)));
-            if (when < at) r = q, at = when;
+            if (when < soonest) r = q, soonest = when;
         }
         if (r < 0) throw std::logic_error("auto_schedule: no rank can act");  // cannot happen: each cap holds one
         Rank& me = ranks[r];
         const Costs& c = costs[r];
-        bool bi = bi_ready(r) <= at, f = f_ready(r) <= at;
+        bool bi = bi_ready(r) <= soonest, f = f_ready(r) <= soonest;
         if (bi && f) bi = me.bi == 0 || !me.after_bi;  // both ready: F and BI take turns, as in 1F1B
         Action a = bi ? Action{Op::BI, me.bi} : f ? Action{Op::F, me.f} : Action{Op::BW, me.bw};
         if (a.op != Op::BW) me.after_bi = a.op == Op::BI;
         double cost = a.op == Op::F ? c.f : a.op == Op::BI ? c.bi : c.bw;
-        me.clock = at + cost;
+        me.clock = soonest + cost;
         if (a.op == Op::F) f_end[r][me.f++] = me.clock;
         if (a.op == Op::BI) bi_end[r][me.bi++] = me.clock;
         if (a.op == Op::BW) me.bw++;

@@ -106,7 +106,7 @@ void unpack(Buf& x, Array<uint16_t>& packed) {
 }
 }  // namespace
 
-pp::Buffer TransformerStage::view(Output& out) const {
+pp::Bytes TransformerStage::view(Output& out) const {
     if (out.v.empty()) return {};
     if (opt_.bf16) return {out.v16.data(), out.v16.size() * sizeof(uint16_t)};
     return {out.v.data(), out.v.size() * sizeof(float)};
@@ -116,10 +116,10 @@ void TransformerStage::sent(pp::Op op, int microbatch, int chunk) {
     outputs_.erase({op != pp::Op::F, microbatch, chunk});
 }
 
-pp::Buffer TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
+pp::Bytes TransformerStage::input_buffer(pp::Op op, int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     size_t n = size_t(mb_rows_) * batch_->T * cfg_.hidden_size;   // (B, T, C) of one micro-batch
-    pp::Buffer b;
+    pp::Bytes b;
     if (opt_.bf16) {
         Array<uint16_t>& v = op == pp::Op::F ? f.input16 : f.grad16;
         v.zeros(n);
@@ -161,7 +161,7 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputi
     }
 }
 
-pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
+pp::Bytes TransformerStage::forward(int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     run_forward(f, microbatch, chunk, false);
     peak_live_ = std::max(peak_live_, ++live_);
@@ -169,10 +169,10 @@ pp::Buffer TransformerStage::forward(int microbatch, int chunk) {
     account(f);
     synchronize();   // on a GPU: the action ends when its kernels do, so the timeline tells the truth
     auto out = outputs_.find({false, microbatch, chunk});   // none on the last stage: its output is the loss
-    return out == outputs_.end() ? pp::Buffer{} : view(out->second);
+    return out == outputs_.end() ? pp::Bytes{} : view(out->second);
 }
 
-pp::Buffer TransformerStage::backward_input(int microbatch, int chunk) {
+pp::Bytes TransformerStage::backward_input(int microbatch, int chunk) {
     InFlight& f = slot(microbatch, chunk);
     if (f.stash.empty()) {   // recompute: the same forward, the same dropout masks, the same bits
         run_forward(f, microbatch, chunk, true);

@@ -44,9 +44,9 @@ class TransformerStage : public pp::Stage {
     int peak_stashes() const { return peak_live_; }    // most (micro-batch, chunk) pairs from F to their last backward
 
     // pp::Stage
-    pp::Buffer input_buffer(pp::Op op, int microbatch, int chunk) override;
-    pp::Buffer forward(int microbatch, int chunk) override;
-    pp::Buffer backward_input(int microbatch, int chunk) override;
+    pp::Bytes input_buffer(pp::Op op, int microbatch, int chunk) override;
+    pp::Bytes forward(int microbatch, int chunk) override;
+    pp::Bytes backward_input(int microbatch, int chunk) override;
     void backward_weight(int microbatch, int chunk) override;
     void sent(pp::Op op, int microbatch, int chunk) override;
 
@@ -69,7 +69,7 @@ class TransformerStage : public pp::Stage {
         Buf v;
         Array<uint16_t> v16;
     };
-    pp::Buffer view(Output& out) const;
+    pp::Bytes view(Output& out) const;
     std::map<std::tuple<bool, int, int>, Output> outputs_;   // (gradient?, micro-batch, chunk)
     // On a GPU, this step's token arrays copied to the device once (see MicroBatch::dev).
     Array<int32_t> ids_, types_, tasks_, mask_;

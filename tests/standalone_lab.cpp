@@ -32,8 +32,8 @@ class ToyStage : public pp::Stage {
  public:
     ToyStage(Weights& weights, std::vector<int> stages) : w_(weights), stages_(std::move(stages)) {}
     double loss = 0;
-    pp::Buffer input_buffer(pp::Op op, int mb, int c) override { return buf(op == pp::Op::F ? at(mb, c).x : at(mb, c).dy); }
-    pp::Buffer forward(int mb, int c) override {
+    pp::Bytes input_buffer(pp::Op op, int mb, int c) override { return buf(op == pp::Op::F ? at(mb, c).x : at(mb, c).dy); }
+    pp::Bytes forward(int mb, int c) override {
         Stash& st = at(mb, c);
         int s = stages_[c];
         if (s == 0) for (int k = 0; k < D; k++) st.x[k] = std::cos(0.3f * float(mb * D + k));
@@ -46,14 +46,14 @@ class ToyStage : public pp::Stage {
         }
         return {};
     }
-    pp::Buffer backward_input(int mb, int c) override {  // dx = dy ⊙ (1 + w ⊙ (1 - tanh²(x)))
+    pp::Bytes backward_input(int mb, int c) override {  // dx = dy ⊙ (1 + w ⊙ (1 - tanh²(x)))
         Stash& st = at(mb, c);
         int s = stages_[c];
         for (int k = 0; k < D; k++) {
             float t = std::tanh(st.x[k]);
             st.dx[k] = st.dy[k] * (1 + w_.w[s][k] * (1 - t * t));
         }
-        return s > 0 ? buf(st.dx) : pp::Buffer{};
+        return s > 0 ? buf(st.dx) : pp::Bytes{};
     }
     void backward_weight(int mb, int c) override {  // dw += dy ⊙ tanh(x), micro-batches in order
         Stash& st = at(mb, c);
@@ -63,7 +63,7 @@ class ToyStage : public pp::Stage {
  private:
     struct Stash { std::vector<float> x = std::vector<float>(D), y = x, dy = x, dx = x; };
     Stash& at(int mb, int c) { return stash_[{mb, c}]; }  // kept to the end: sends may leave late
-    static pp::Buffer buf(std::vector<float>& v) { return {v.data(), v.size() * sizeof(float)}; }
+    static pp::Bytes buf(std::vector<float>& v) { return {v.data(), v.size() * sizeof(float)}; }
     Weights& w_;
     std::vector<int> stages_;
     std::map<std::pair<int, int>, Stash> stash_;
@@ -121,12 +121,12 @@ int main() {
     ToyStage serial(one, all);
     for (int mb = 0; mb < M; mb++)
         for (int s = 0; s < S; s++) {
-            pp::Buffer y = serial.forward(mb, s);
+            pp::Bytes y = serial.forward(mb, s);
             if (s + 1 < S) std::memcpy(serial.input_buffer(pp::Op::F, mb, s + 1).data, y.data, y.bytes);
         }
     for (int mb = 0; mb < M; mb++)
         for (int s = S - 1; s >= 0; s--) {
-            pp::Buffer dx = serial.backward(mb, s);
+            pp::Bytes dx = serial.backward(mb, s);
             if (s > 0) std::memcpy(serial.input_buffer(pp::Op::B, mb, s - 1).data, dx.data, dx.bytes);
         }
 

@@ -44,12 +44,12 @@ class ToyStage : public Stage {
         : rank_(rank), P_(P), V_(V), fail_at_(fail_at), at_{P, V, placement} {
         grads.da.assign(P * V, 0.0f), grads.db.assign(P * V, 0.0f);
     }
-    Buffer input_buffer(Op op, int mb, int chunk) override {
+    Bytes input_buffer(Op op, int mb, int chunk) override {
         std::vector<float>& v = (op == Op::F ? act_in_ : grad_in_)[{mb, chunk}];
         v.assign(kN, 0.0f);
         return {v.data(), v.size() * sizeof(float)};
     }
-    Buffer forward(int mb, int chunk) override {
+    Bytes forward(int mb, int chunk) override {
         record("F", mb, chunk);
         int s = at_.stage(rank_, chunk);
         std::vector<float>& x = stash_[{mb, chunk}];
@@ -60,13 +60,13 @@ class ToyStage : public Stage {
         if (s == P_ * V_ - 1) return {};
         return {y.data(), y.size() * sizeof(float)};
     }
-    Buffer backward(int mb, int chunk) override {
+    Bytes backward(int mb, int chunk) override {
         record("B", mb, chunk);
-        Buffer dx = input_grad(mb, chunk);
+        Bytes dx = input_grad(mb, chunk);
         weight_grad(mb, chunk);
         return dx;
     }
-    Buffer backward_input(int mb, int chunk) override {
+    Bytes backward_input(int mb, int chunk) override {
         record("BI", mb, chunk);
         return input_grad(mb, chunk);
     }
@@ -89,7 +89,7 @@ class ToyStage : public Stage {
  private:
     void record(const char* op, int mb, int chunk) { order.push_back(op + std::to_string(mb) + "." + std::to_string(chunk)); }
     // dx = dy * a_s, sent to the previous stage; dy is kept for the weight gradient.
-    Buffer input_grad(int mb, int chunk) {
+    Bytes input_grad(int mb, int chunk) {
         if (mb == fail_at_) throw std::runtime_error("boom");
         int s = at_.stage(rank_, chunk);
         std::vector<float>& dy = dy_[{mb, chunk}];
@@ -247,7 +247,7 @@ TEST_CASE("a stage that throws ends the whole run with its rank and action") {
 TEST_CASE("a stage that throws something else still stops every rank; num_chunks < 1 is refused") {
     struct ThrowsInt : ToyStage {
         using ToyStage::ToyStage;
-        Buffer backward(int mb, int chunk) override {
+        Bytes backward(int mb, int chunk) override {
             if (mb == 1) throw 42;
             return ToyStage::backward(mb, chunk);
         }

@@ -35,18 +35,18 @@ class SlowStage : public Stage {
  public:
     SlowStage(int rank, int P, double sleep_s, Op hang_op = Op::F, int hang_mb = -1)
         : rank_(rank), P_(P), sleep_s_(sleep_s), hang_op_(hang_op), hang_mb_(hang_mb) {}
-    Buffer input_buffer(Op, int, int) override { return {in_.data(), sizeof in_}; }
-    Buffer forward(int mb, int) override { return act(Op::F, mb, rank_ < P_ - 1); }
-    Buffer backward(int mb, int) override { return act(Op::B, mb, rank_ > 0); }
-    Buffer backward_input(int mb, int) override { return act(Op::BI, mb, rank_ > 0); }
+    Bytes input_buffer(Op, int, int) override { return {in_.data(), sizeof in_}; }
+    Bytes forward(int mb, int) override { return act(Op::F, mb, rank_ < P_ - 1); }
+    Bytes backward(int mb, int) override { return act(Op::B, mb, rank_ > 0); }
+    Bytes backward_input(int mb, int) override { return act(Op::BI, mb, rank_ > 0); }
     void backward_weight(int mb, int) override { act(Op::BW, mb, false); }
 
  private:
-    Buffer act(Op op, int mb, bool sends) {
+    Bytes act(Op op, int mb, bool sends) {
         if (op == hang_op_ && mb == hang_mb_)
             for (;;) std::this_thread::sleep_for(std::chrono::hours(1));   // a driver call that never returns
         std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s_));
-        return sends ? Buffer{out_.data(), sizeof out_} : Buffer{};
+        return sends ? Bytes{out_.data(), sizeof out_} : Bytes{};
     }
     int rank_, P_;
     double sleep_s_;

@@ -67,10 +67,10 @@ class MlpStage : public pp::Stage {
         : layer_(&layers[first]), n_(last - first), first_(first == 0), last_(last == L) {}
     double loss = 0;  // last stage: the sum of squared errors of the micro-batches seen
 
-    pp::Buffer input_buffer(pp::Op op, int mb, int) override {  // receive straight into the stash
+    pp::Bytes input_buffer(pp::Op op, int mb, int) override {  // receive straight into the stash
         return buffer(op == pp::Op::F ? stash(mb).x[0] : stash(mb).dy[n_ - 1]);
     }
-    pp::Buffer forward(int mb, int) override {
+    pp::Bytes forward(int mb, int) override {
         Stash& s = stash(mb);
         if (first_) for (int k = 0; k < B * D; k++) s.x[0][k] = input_at(mb, k);
         for (int l = 0; l < n_; l++)
@@ -83,12 +83,12 @@ class MlpStage : public pp::Stage {
         }
         return {};
     }
-    pp::Buffer backward_input(int mb, int) override {
+    pp::Bytes backward_input(int mb, int) override {
         Stash& s = stash(mb);
         for (int l = n_ - 1; l >= 0; l--)
             layer_backward_input(l > 0 ? &s.dy[l - 1][0] : &out_[0], &s.dh[l][0], &s.dy[l][0], &s.a[l][0],
                                  layer_[l]);
-        return first_ ? pp::Buffer{} : buffer(out_);
+        return first_ ? pp::Bytes{} : buffer(out_);
     }
     void backward_weight(int mb, int) override {  // dW2 += dy·aᵀ, dW1 += dh·xᵀ
         Stash& s = stash(mb);
@@ -105,7 +105,7 @@ class MlpStage : public pp::Stage {
         std::vector<std::vector<float>> x, a, dy, dh;
     };
     Stash& stash(int mb) { return stash_.try_emplace(mb, n_).first->second; }
-    static pp::Buffer buffer(std::vector<float>& v) { return {v.data(), v.size() * sizeof(float)}; }
+    static pp::Bytes buffer(std::vector<float>& v) { return {v.data(), v.size() * sizeof(float)}; }
     Layer* layer_;       // this stage's first layer
     int n_;              // its number of layers
     bool first_, last_;  // the first stage makes the inputs, the last one the loss

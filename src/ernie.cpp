@@ -195,8 +195,6 @@ std::string config_to_json(const ModelConfig& c) {
 
 namespace {
 
-const char* const kWordEmbedding = "ernie.embeddings.word_embeddings.weight";
-
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
     return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
@@ -250,12 +248,6 @@ std::string rename(const std::string& name, bool to_hf, bool* transpose) {
     return head + rest;   // unknown: kept, and reported as unexpected if the model has no such name
 }
 
-// Name fragments only one convention uses. A checkpoint is Paddle if it has any of the first.
-const char* const kPaddleMarks[] = {"encoder.layers.", ".self_attn.", "embeddings.layer_norm.",
-                                    "cls.predictions.layer_norm.", "cls.predictions.decoder_bias"};
-const char* const kHfMarks[] = {"encoder.layer.", ".attention.self.", "embeddings.LayerNorm.",
-                                "cls.predictions.transform.dense.", "cls.predictions.transform.LayerNorm."};
-
 }  // namespace
 
 // (rows, cols) → (cols, rows): a Linear weight between PaddleNLP's [in, out] and our [out, in].
@@ -291,31 +283,6 @@ std::string to_file_name(const std::string& model_name, bool paddle, bool* trans
     return paddle ? rename(model_name, false, transpose) : model_name;
 }
 
-Checkpoint map_checkpoint(const std::string& path, std::vector<st::File> files) {
-    Checkpoint c;
-    c.path = path;
-    c.files = std::move(files);
-    std::string hf, paddle;   // the first name of each convention
-    for (const st::File& f : c.files)
-        for (const st::TensorInfo& t : f.tensors) {
-            for (const char* m : kHfMarks)
-                if (hf.empty() && t.name.find(m) != std::string::npos) hf = t.name;
-            for (const char* m : kPaddleMarks)
-                if (paddle.empty() && t.name.find(m) != std::string::npos) paddle = t.name;
-        }
-    if (!hf.empty() && !paddle.empty())
-        fail(path, "mixes Hugging Face names (" + hf + ") and PaddleNLP names (" + paddle +
-                       "); a checkpoint must use one convention");
-    c.convention = paddle.empty() ? "hf" : "paddle";
-    for (size_t i = 0; i < c.files.size(); i++)
-        for (const st::TensorInfo& t : c.files[i].tensors) {
-            bool transpose = false;
-            std::string m = to_model_name(t.name, !paddle.empty(), &transpose);
-            if (!m.empty()) c.by_model_name[m].push_back({int(i), t.name, transpose});
-        }
-    return c;
-}
-
 // ---- 3. weights into the model's layers, and out of them -----------------------------------
 
 namespace {
@@ -325,9 +292,7 @@ std::vector<int64_t> reversed(std::vector<int64_t> v) {
     return v;
 }
 
-bool is_float(const std::string& dtype) {
-    return dtype == "F32" || dtype == "F64" || dtype == "F16" || dtype == "BF16";
-}
+}  // namespace
 
 // A source tensor as float32 in the model's layout ([out, in] for Linear weights).
 std::vector<float> read_source(const Checkpoint& c, const Checkpoint::Source& s) {
@@ -338,108 +303,22 @@ std::vector<float> read_source(const Checkpoint& c, const Checkpoint::Source& s)
     return transposed(v.data(), size_t(shape[0]), size_t(shape[1]));
 }
 
-std::string join(const std::vector<std::string>& names, size_t max_names) {
-    std::string s;
-    for (size_t i = 0; i < names.size() && i < max_names; i++) s += (i ? ", " : "") + names[i];
-    if (names.size() > max_names) s += ", ... (" + std::to_string(names.size()) + " in all)";
-    return s;
-}
-
-// The part of the model a parameter name belongs to: 0 the embedding, 1 + N block N, -1 the head
-// (pooler, MLM head, classifier). Enough to tell a tensor of another rank's layers from a stray one.
-int part_of(const std::string& model_name) {
-    const std::string block = "ernie.encoder.layer.";
-    if (model_name.rfind("ernie.embeddings.", 0) == 0) return 0;
-    if (model_name.rfind(block, 0) == 0) return 1 + std::atoi(model_name.c_str() + block.size());
-    return -1;
-}
-}  // namespace
-
-std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool partial) {
-    std::vector<Problem> out;
-    std::set<int> parts;   // with `partial`, only tensors of these parts can be unexpected
-    for (const Layer* l : layers)
-        for (const ParamInfo& p : l->params_info) parts.insert(part_of(p.name));
-    auto error = [&](const std::string& msg) { out.push_back({Problem::error, msg}); };
-    bool paddle = c.convention == "paddle", has_embedding = false;
-    std::set<std::string> used;
-    std::vector<std::string> kept;
-    for (const Layer* l : layers)
-        for (const ParamInfo& p : l->params_info) {
-            std::string m = p.tied ? kWordEmbedding : p.name;
-            has_embedding |= p.name == kWordEmbedding;
-            if (!used.insert(m).second) continue;   // the tied copy: checked with the word embedding
-            bool transpose = false;
-            std::string file_name = to_file_name(m, paddle, &transpose);
-            auto it = c.by_model_name.find(m);
-            if (it == c.by_model_name.end()) {
-                if (p.optional) kept.push_back(file_name);
-                else error(c.path + ": missing tensor " + file_name + " (expected shape " +
-                           shape_str(transpose ? reversed(p.shape) : p.shape) + ")");
-                continue;
-            }
-            const std::vector<Checkpoint::Source>& sources = it->second;
-            size_t errors = out.size();
-            for (const Checkpoint::Source& s : sources) {
-                const st::File& f = c.files[s.file];
-                const st::TensorInfo& t = *f.find(s.name);
-                std::vector<int64_t> want = s.transpose ? reversed(p.shape) : p.shape;
-                if (!is_float(t.dtype))
-                    error(f.path + ": tensor " + s.name + " has dtype " + t.dtype + ", expected F32 (F64, F16, BF16)");
-                else if (t.shape != want)
-                    error(f.path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " +
-                          shape_str(want) + (s.transpose ? " (PaddleNLP [in, out] layout)" : ""));
-            }
-            if (out.size() > errors || sources.size() < 2) continue;
-            // Aliases (a stored decoder, weight and gamma side by side) must hold the same numbers.
-            std::vector<float> first = read_source(c, sources[0]);
-            for (size_t k = 1; k < sources.size(); k++)
-                if (read_source(c, sources[k]) != first)
-                    error(c.files[sources[k].file].path + ": " + sources[k].name + " differs from " + sources[0].name +
-                          ", though both are " + m + (m == kWordEmbedding ? " (the decoder is tied to it)" : ""));
-        }
-    std::vector<std::string> unexpected;
-    for (const st::File& f : c.files)
-        for (const st::TensorInfo& t : f.tensors) {
-            bool transpose = false;
-            std::string m = to_model_name(t.name, paddle, &transpose);
-            if (m.empty() || used.count(m) || (partial && !parts.count(part_of(m)))) continue;
-            // Not a mere leftover: ignoring a task embedding changes every output.
-            if (has_embedding && m == "ernie.embeddings.task_type_embeddings.weight")
-                error(f.path + ": holds " + t.name + " but the config has use_task_id false (it would be ignored)");
-            else unexpected.push_back(t.name);
-        }
-    if (!unexpected.empty())
-        out.push_back({strict ? Problem::error : Problem::warning,
-                       c.path + ": unexpected tensors, not used by the model: " + join(unexpected, 8)});
-    if (!kept.empty())
-        out.push_back({Problem::note, c.path + ": no " + join(kept, 8) + "; keeping their initial values"});
-    return out;
-}
-
-void load_weights(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool fresh_ok, bool partial) {
-    std::vector<Problem> problems = check_checkpoint(c, layers, strict, partial);
-    for (Problem& p : problems)
-        if (p.kind == Problem::note && !fresh_ok)
-            p = {Problem::error, p.message.substr(0, p.message.find("; keeping")) +
-                                     ": an evaluation of freshly initialised weights would mean nothing"};
-    size_t errors = 0;
-    for (const Problem& p : problems) errors += p.kind == Problem::error;
-    const std::string dir = std::filesystem::path(c.path).parent_path().string();   // c.path: a file in it
-    for (const Problem& p : problems)
-        if (p.kind == Problem::error)
-            throw std::runtime_error(p.message + (errors > 1 ? " (and " + std::to_string(errors - 1) +
-                                                                   " more problems: pipetrain inspect " + dir + ")"
-                                                             : ""));
-    for (const Problem& p : problems)
-        std::cerr << (p.kind == Problem::warning ? "warning: " : "note: ") << p.message << "\n";
+void load_weights(const Checkpoint& c, const std::vector<Layer*>& layers) {
     for (Layer* l : layers)
         for (const ParamInfo& p : l->params_info) {
             auto it = c.by_model_name.find(p.tied ? kWordEmbedding : p.name);
-            if (it == c.by_model_name.end()) continue;   // optional: keeps its initial values
-            std::vector<float> v = read_source(c, it->second[0]);
+            if (it == c.by_model_name.end()) {
+                if (p.optional) continue;   // keeps its initial values
+                fail(c.path, "missing tensor " + p.name);
+            }
+            const Checkpoint::Source& s = it->second[0];
+            const std::vector<int64_t>& got = c.files[s.file].find(s.name)->shape;
+            if ((s.transpose ? reversed(got) : got) != p.shape)   // never copy past a parameter's end
+                fail(c.path, s.name + " has shape " + shape_str(got) + ", expected " + shape_str(p.shape) +
+                                 (s.transpose ? " transposed" : ""));
+            std::vector<float> v = read_source(c, s);
             for (float x : v)   // would surface as a "diverged" training or a NaN loss, far from here
-                if (!std::isfinite(x)) fail(c.path, it->second[0].name + " holds NaN or infinite values");
+                if (!std::isfinite(x)) fail(c.path, s.name + " holds NaN or infinite values");
             std::copy(v.begin(), v.end(), l->params.begin() + long(p.offset));
         }
 }

@@ -3,7 +3,7 @@
 // safetensors, shards, vocab.txt, the lifecycle). Read it in order:
 //   1. config.json (a parsed JSON value) ↔ ModelConfig;
 //   2. tensor names: Hugging Face ↔ PaddleNLP ↔ the model's parameters, and the Linear transposes;
-//   3. a checkpoint's tensors → the model's layers (checked, then copied), and the layers → a file;
+//   3. a checkpoint's tensors → the model's layers (already checked by the formats), and back to a file;
 //   4. the tokenizer's rules: BasicTokenizer (clean, CJK spacing, lowercase + accents, punctuation)
 //      and WordPiece's greedy longest match.
 // tutorials/11_ernie.cpp calls them one by one.
@@ -46,7 +46,9 @@ std::string to_file_name(const std::string& model_name, bool paddle, bool* trans
 // (rows, cols) → (cols, rows): a Linear weight between PaddleNLP's [in, out] and our [out, in].
 std::vector<float> transposed(const float* x, size_t rows, size_t cols);
 
-// A checkpoint's tensors and where each one goes in the model.
+constexpr const char kWordEmbedding[] = "ernie.embeddings.word_embeddings.weight";   // the decoder's tie
+
+// A checkpoint's tensors and where each one goes in the model (map_checkpoint, src/formats/checkpoint.hpp).
 struct Checkpoint {
     std::string path;                 // model.safetensors or the index: names the checkpoint in errors
     std::string convention;           // "hf" or "paddle"
@@ -58,28 +60,15 @@ struct Checkpoint {
     };
     std::map<std::string, std::vector<Source>> by_model_name;   // several: aliases (tied decoder)
 };
-// Maps the tensors of `files` (read from `path`) to model names; names mixing both conventions
-// are a one-line error.
-Checkpoint map_checkpoint(const std::string& path, std::vector<st::File> files);
 
 // ---- 3. weights into the model's layers, and out of them -----------------------------------
 
-// Every problem loading `ckpt` into `layers` would hit, in model order: errors first-class,
-// warnings (unexpected tensors; errors when strict) and notes (optional parameters kept).
-// `partial`: the layers are one pipeline rank's part of the model, so the tensors of the other
-// parts are expected, not reported.
-struct Problem {
-    enum Kind { error, warning, note } kind;
-    std::string message;
-};
-std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict,
-                                      bool partial = false);
-// Fills the parameters of `layers` from ckpt. A missing or mis-shaped tensor is a one-line error
-// naming it with the expected and found shapes; unexpected tensors are
-// listed on stderr as a warning (an error when strict). Missing optional parameters keep their
-// values (one note line on stderr), unless !fresh_ok: evaluating a classifier without its head.
-void load_weights(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict = false,
-                  bool fresh_ok = true, bool partial = false);
+// The checkpoint's tensor (its first source) as float32 in the model's layout ([out, in] for Linears).
+std::vector<float> read_source(const Checkpoint& ckpt, const Checkpoint::Source& s);
+// Copies ckpt into the parameters of `layers`, each tensor's shape checked first; a missing optional
+// parameter keeps its value. The full report (dtypes, aliases, unexpected tensors) is the product's:
+// check_checkpoint and load_weights(dir) of src/formats/checkpoint.hpp run it before this copy.
+void load_weights(const Checkpoint& ckpt, const std::vector<Layer*>& layers);
 // The layers' parameters as one safetensors file (the tied copy of the word embedding is not
 // written). format "hf" or "paddle" (PaddleNLP names, Linear weights [in, out]).
 void write_weights(const std::string& path, const std::vector<Layer*>& layers, const std::string& format = "hf");

@@ -15,6 +15,7 @@
 
 #include "src/ernie.hpp"
 #include "src/batch.hpp"
+#include "src/formats/checkpoint.hpp"   // map_checkpoint: a file's tensors → ernie's names
 #include "src/formats/io.hpp"
 #include "src/formats/json.hpp"
 #include "src/formats/safetensors.hpp"
@@ -47,7 +48,7 @@ static Layers make_layers(const ModelConfig& cfg) {
     return m;
 }
 
-// A weights file, read by the formats layer and mapped to model names by ernie.
+// A weights file, read by the formats layer and mapped to model names with ernie's table.
 static Checkpoint open_weights(const std::string& path) { return map_checkpoint(path, {st::read(path)}); }
 
 int main() {

@@ -1,6 +1,10 @@
 #include "src/formats/checkpoint.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <set>
 #include <filesystem>
 #include <stdexcept>
 
@@ -16,6 +20,160 @@ namespace pt {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+
+// ---- the checks of a user's checkpoint (moved from src/ernie.cpp) --------------------------
+
+namespace {
+
+// Name fragments only one convention uses. A checkpoint is Paddle if it has any of the first.
+const char* const kPaddleMarks[] = {"encoder.layers.", ".self_attn.", "embeddings.layer_norm.",
+                                    "cls.predictions.layer_norm.", "cls.predictions.decoder_bias"};
+const char* const kHfMarks[] = {"encoder.layer.", ".attention.self.", "embeddings.LayerNorm.",
+                                "cls.predictions.transform.dense.", "cls.predictions.transform.LayerNorm."};
+
+
+std::vector<int64_t> reversed(std::vector<int64_t> v) {
+    std::reverse(v.begin(), v.end());
+    return v;
+}
+
+bool is_float(const std::string& dtype) {
+    return dtype == "F32" || dtype == "F64" || dtype == "F16" || dtype == "BF16";
+}
+
+std::string join(const std::vector<std::string>& names, size_t max_names) {
+    std::string s;
+    for (size_t i = 0; i < names.size() && i < max_names; i++) s += (i ? ", " : "") + names[i];
+    if (names.size() > max_names) s += ", ... (" + std::to_string(names.size()) + " in all)";
+    return s;
+}
+
+// The part of the model a parameter name belongs to: 0 the embedding, 1 + N block N, -1 the head
+// (pooler, MLM head, classifier). Enough to tell a tensor of another rank's layers from a stray one.
+int part_of(const std::string& model_name) {
+    const std::string block = "ernie.encoder.layer.";
+    if (model_name.rfind("ernie.embeddings.", 0) == 0) return 0;
+    if (model_name.rfind(block, 0) == 0) return 1 + std::atoi(model_name.c_str() + block.size());
+    return -1;
+}
+
+// The file's tensors no parameter of `layers` takes (with `parts`, only those of these parts).
+void unexpected_tensors(std::vector<Problem>& out, const Checkpoint& c, const std::set<std::string>& used,
+                        const std::set<int>* parts, bool strict, bool has_embedding) {
+    bool paddle = c.convention == "paddle";
+    std::vector<std::string> unexpected;
+    for (const st::File& f : c.files)
+        for (const st::TensorInfo& t : f.tensors) {
+            bool transpose = false;
+            std::string m = to_model_name(t.name, paddle, &transpose);
+            if (m.empty() || used.count(m) || (parts && !parts->count(part_of(m)))) continue;
+            // Not a mere leftover: ignoring a task embedding changes every output.
+            if (has_embedding && m == "ernie.embeddings.task_type_embeddings.weight")
+                out.push_back({Problem::error, f.path + ": holds " + t.name + " but the config has use_task_id false (it would be ignored)"});
+            else unexpected.push_back(t.name);
+        }
+    if (!unexpected.empty())
+        out.push_back({strict ? Problem::error : Problem::warning,
+                       c.path + ": unexpected tensors, not used by the model: " + join(unexpected, 8)});
+}
+
+}  // namespace
+
+Checkpoint map_checkpoint(const std::string& path, std::vector<st::File> files) {
+    Checkpoint c;
+    c.path = path;
+    c.files = std::move(files);
+    std::string hf, paddle;   // the first name of each convention
+    for (const st::File& f : c.files)
+        for (const st::TensorInfo& t : f.tensors) {
+            for (const char* m : kHfMarks)
+                if (hf.empty() && t.name.find(m) != std::string::npos) hf = t.name;
+            for (const char* m : kPaddleMarks)
+                if (paddle.empty() && t.name.find(m) != std::string::npos) paddle = t.name;
+        }
+    if (!hf.empty() && !paddle.empty())
+        fail(path, "mixes Hugging Face names (" + hf + ") and PaddleNLP names (" + paddle +
+                       "); a checkpoint must use one convention");
+    c.convention = paddle.empty() ? "hf" : "paddle";
+    for (size_t i = 0; i < c.files.size(); i++)
+        for (const st::TensorInfo& t : c.files[i].tensors) {
+            bool transpose = false;
+            std::string m = to_model_name(t.name, !paddle.empty(), &transpose);
+            if (!m.empty()) c.by_model_name[m].push_back({int(i), t.name, transpose});
+        }
+    return c;
+}
+
+std::vector<Problem> check_checkpoint(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool partial) {
+    std::vector<Problem> out;
+    std::set<int> parts;   // with `partial`, only tensors of these parts can be unexpected
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) parts.insert(part_of(p.name));
+    auto error = [&](const std::string& msg) { out.push_back({Problem::error, msg}); };
+    bool paddle = c.convention == "paddle", has_embedding = false;
+    std::set<std::string> used;
+    std::vector<std::string> kept;
+    for (const Layer* l : layers)
+        for (const ParamInfo& p : l->params_info) {
+            std::string m = p.tied ? kWordEmbedding : p.name;
+            has_embedding |= p.name == kWordEmbedding;
+            if (!used.insert(m).second) continue;   // the tied copy: checked with the word embedding
+            bool transpose = false;
+            std::string file_name = to_file_name(m, paddle, &transpose);
+            auto it = c.by_model_name.find(m);
+            if (it == c.by_model_name.end()) {
+                if (p.optional) kept.push_back(file_name);
+                else error(c.path + ": missing tensor " + file_name + " (expected shape " +
+                           shape_str(transpose ? reversed(p.shape) : p.shape) + ")");
+                continue;
+            }
+            const std::vector<Checkpoint::Source>& sources = it->second;
+            size_t errors = out.size();
+            for (const Checkpoint::Source& s : sources) {
+                const st::File& f = c.files[s.file];
+                const st::TensorInfo& t = *f.find(s.name);
+                std::vector<int64_t> want = s.transpose ? reversed(p.shape) : p.shape;
+                if (!is_float(t.dtype))
+                    error(f.path + ": tensor " + s.name + " has dtype " + t.dtype + ", expected F32 (F64, F16, BF16)");
+                else if (t.shape != want)
+                    error(f.path + ": tensor " + s.name + " has shape " + shape_str(t.shape) + ", expected " +
+                          shape_str(want) + (s.transpose ? " (PaddleNLP [in, out] layout)" : ""));
+            }
+            if (out.size() > errors || sources.size() < 2) continue;
+            // Aliases (a stored decoder, weight and gamma side by side) must hold the same numbers.
+            std::vector<float> first = read_source(c, sources[0]);
+            for (size_t k = 1; k < sources.size(); k++)
+                if (read_source(c, sources[k]) != first)
+                    error(c.files[sources[k].file].path + ": " + sources[k].name + " differs from " + sources[0].name +
+                          ", though both are " + m + (m == kWordEmbedding ? " (the decoder is tied to it)" : ""));
+        }
+    unexpected_tensors(out, c, used, partial ? &parts : nullptr, strict, has_embedding);
+    if (!kept.empty())
+        out.push_back({Problem::note, c.path + ": no " + join(kept, 8) + "; keeping their initial values"});
+    return out;
+}
+
+
+// check_checkpoint's problems: the first error thrown (with a count of the others), warnings and
+// notes on stderr. !fresh_ok: a missing optional parameter is an error (an evaluation needs the head).
+static void report_problems(const Checkpoint& c, const std::vector<Layer*>& layers, bool strict, bool fresh_ok, bool partial) {
+    std::vector<Problem> problems = check_checkpoint(c, layers, strict, partial);
+    for (Problem& p : problems)
+        if (p.kind == Problem::note && !fresh_ok)
+            p = {Problem::error, p.message.substr(0, p.message.find("; keeping")) +
+                                     ": an evaluation of freshly initialised weights would mean nothing"};
+    size_t errors = 0;
+    for (const Problem& p : problems) errors += p.kind == Problem::error;
+    const std::string dir = std::filesystem::path(c.path).parent_path().string();   // c.path: a file in it
+    for (const Problem& p : problems)
+        if (p.kind == Problem::error)
+            throw std::runtime_error(p.message + (errors > 1 ? " (and " + std::to_string(errors - 1) +
+                                                                   " more problems: pipetrain inspect " + dir + ")"
+                                                             : ""));
+    for (const Problem& p : problems)
+        std::cerr << (p.kind == Problem::warning ? "warning: " : "note: ") << p.message << "\n";
+}
 
 Checkpoint open_checkpoint_file(const std::string& path) { return map_checkpoint(path, {st::read(path)}); }
 
@@ -95,7 +253,9 @@ Checkpoint open_checkpoint(const std::string& dir) {
 }
 
 void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict, bool fresh_ok, bool partial) {
-    load_weights(open_checkpoint(dir), layers, strict, fresh_ok, partial);
+    Checkpoint c = open_checkpoint(dir);
+    report_problems(c, layers, strict, fresh_ok, partial);
+    load_weights(c, layers);
 }
 
 void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines) {

@@ -28,7 +28,25 @@ void write_model_info(const std::string& dir, const ModelConfig& cfg, const std:
 void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                        const std::vector<Layer*>& layers, const std::string& format = "hf");
 
-// open_checkpoint(dir), then load_weights of src/ernie.hpp: checked, then copied into `layers`.
+// ---- a user's checkpoint, checked against the model (moved from src/ernie.hpp) ---------------
+
+// Maps the tensors of `files` (read from `path`) to model names with ernie's name table: the
+// convention is decided once from the encoder names; names mixing both are a one-line error.
+Checkpoint map_checkpoint(const std::string& path, std::vector<st::File> files);
+
+// Every problem loading `ckpt` into `layers` would hit, in model order: errors first-class,
+// warnings (unexpected tensors; errors when strict) and notes (optional parameters kept).
+// `partial`: the layers are one pipeline rank's part of the model, so the tensors of the other
+// parts are expected, not reported.
+struct Problem {
+    enum Kind { error, warning, note } kind;
+    std::string message;
+};
+std::vector<Problem> check_checkpoint(const Checkpoint& ckpt, const std::vector<Layer*>& layers, bool strict,
+                                      bool partial = false);
+
+// open_checkpoint(dir), check_checkpoint (the first error thrown, warnings and notes on stderr;
+// !fresh_ok: a missing optional parameter is an error), then load_weights of src/ernie.hpp copies.
 void load_weights(const std::string& dir, const std::vector<Layer*>& layers, bool strict = false, bool fresh_ok = true,
                   bool partial = false);
 

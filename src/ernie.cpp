@@ -325,7 +325,7 @@ void load_weights(const Checkpoint& c, const std::vector<Layer*>& layers) {
 
 void write_weights(const std::string& path, const std::vector<Layer*>& layers, const std::string& format) {
     if (format != "hf" && format != "paddle")
-        throw std::runtime_error("--format: expected hf or paddle, got \"" + format + "\"");
+        throw std::invalid_argument("write_weights: the naming must be hf or paddle, got \"" + format + "\"");
     bool paddle = format == "paddle";
     st::Writer w;
     w.metadata["format"] = paddle ? "np" : "pt";   // what PaddleNLP's and transformers' writers put there

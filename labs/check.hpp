@@ -109,8 +109,9 @@ inline std::string first_difference(const float* yours, const float* expected, s
         if (std::memcmp(yours + i, expected + i, sizeof(float)) == 0) continue;
         std::string at = cols > 1 ? "(" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ")"
                                   : std::to_string(i);
+        // ULPs say "rounding" when there are a few; thousands say nothing the values do not.
         long long n = ulps(yours[i], expected[i]);
-        std::string apart = std::isfinite(yours[i]) && std::isfinite(expected[i])
+        std::string apart = std::isfinite(yours[i]) && std::isfinite(expected[i]) && n <= 1000
                                 ? " (" + std::to_string(n) + (n == 1 ? " ULP" : " ULPs") + " apart)" : "";
         return "element " + at + " of " + what + ": yours " + num(yours[i]) + ", expected " + num(expected[i]) + apart;
     }
@@ -248,6 +249,52 @@ inline std::string json_escape(const std::string& s) {
 
 }  // namespace detail
 
+namespace detail {
+
+// The lines a task's outcome prints: its status and name, then why it failed and one hint.
+inline void print_outcome(const Lab& lab, size_t k, const Outcome& o, bool verbose) {
+    const char* word = o.status == 'P' ? "pass" : o.status == 'T' ? "todo" : "FAIL";
+    std::printf("  %-4s %zu. %s\n", word, k + 1, printable(lab.tasks[k].name).c_str());
+    if (o.status == 'N') {
+        std::printf("       needs task %s to pass first\n", printable(o.differs).c_str());
+    } else if (o.status == 'T') {
+        std::printf("       not implemented yet: %s (TODO(student) in %s)\n", printable(o.differs).c_str(),
+                    lab.file.c_str());
+    } else if (o.status != 'P') {
+        size_t from = 0;   // what differs: up to three lines of it
+        for (int line = 0; line < 3 && from <= o.differs.size(); line++) {
+            size_t nl = o.differs.find('\n', from);
+            std::printf("       %s\n", printable(o.differs.substr(from, nl - from)).c_str());
+            if (nl == std::string::npos) break;
+            from = nl + 1;
+        }
+        std::printf("       against: %s\n", printable(lab.tasks[k].against).c_str());
+        if (!o.hint.empty()) std::printf("       hint: %s\n", printable(o.hint).c_str());
+    }
+    if (o.printed && verbose) {
+        std::printf("       --- your code printed:\n");
+        for (size_t from = 0, nl; from < o.log.size(); from = nl + 1) {
+            nl = o.log.find('\n', from);
+            if (nl == std::string::npos) nl = o.log.size();
+            std::printf("       %s\n", printable(o.log.substr(from, nl - from), 1000).c_str());
+        }
+        std::printf("       ---\n");
+    } else if (o.printed && o.status != 'P') {
+        std::printf("       (your code printed %d lines: --verbose shows them)\n", o.printed);
+    }
+}
+
+// One line per task: {"task": 1, "name": "...", "status": "pass"} (scripts/lab.sh reads it line by line).
+inline void write_json(const std::string& path, const Lab& lab, const std::vector<std::string>& tasks) {
+    std::ofstream f(path);
+    f << "{\n  \"lab\": \"" << lab.number << "\",\n  \"check_version\": " << lab.version << ",\n  \"tasks\": [\n";
+    for (size_t i = 0; i < tasks.size(); i++) f << tasks[i] << (i + 1 < tasks.size() ? ",\n" : "\n");
+    f << "  ]\n}\n";
+    if (!f) std::fprintf(stderr, "%s: could not write\n", path.c_str());
+}
+
+}  // namespace detail
+
 // Runs the lab's tasks (all, or --only K) and prints the report; returns the exit code: 0 when
 // every task passes, 1 otherwise. A starter with every task "not implemented" says
 // "nothing implemented yet" (ctest shows that as skipped: the lab is not started, not broken).
@@ -259,60 +306,34 @@ inline int run(const Lab& lab, int argc, char** argv) {
         std::string a = argv[i];
         if (a == "--verbose") verbose = true;
         else if (a == "--json" && i + 1 < argc) json = argv[++i];
-        else if (a == "--only" && i + 1 < argc) only = std::atoi(argv[++i]);
+        else if (a == "--only" && i + 1 < argc && std::atoi(argv[i + 1]) >= 1 && std::atoi(argv[i + 1]) <= int(lab.tasks.size()))
+            only = std::atoi(argv[++i]);
         else {
-            std::fprintf(stderr, "usage: %s [--verbose] [--json FILE] [--only K]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--verbose] [--json FILE] [--only K (1-%zu)]\n", argv[0], lab.tasks.size());
             return 2;
         }
     }
     auto t0 = std::chrono::steady_clock::now();
     std::printf("lab %s: %s (your file: %s)\n", lab.number.c_str(), lab.title.c_str(), lab.file.c_str());
-    int counts[256] = {};
-    std::string results;
+    int ran = 0, pass = 0, todo = 0;
+    std::vector<std::string> results;
     for (size_t k = 0; k < lab.tasks.size(); k++) {
         if (only && int(k) + 1 != only) continue;
-        const Task& task = lab.tasks[k];
-        detail::Outcome o = detail::run_task(task);
-        counts[(unsigned char)o.status]++;
-        const char* word = o.status == 'P' ? "pass" : o.status == 'T' ? "todo" : "FAIL";
-        std::printf("  %-4s %zu. %s\n", word, k + 1, printable(task.name).c_str());
-        if (o.status == 'N') {
-            std::printf("       needs task %s to pass first\n", printable(o.differs).c_str());
-        } else if (o.status == 'T') {
-            std::printf("       not implemented yet: %s (TODO(student) in %s)\n", printable(o.differs).c_str(), lab.file.c_str());
-        } else if (o.status != 'P') {
-            // What differs: up to three lines of it.
-            size_t from = 0;
-            for (int line = 0; line < 3 && from <= o.differs.size(); line++) {
-                size_t nl = o.differs.find('\n', from);
-                std::printf("       %s\n", printable(o.differs.substr(from, nl - from)).c_str());
-                if (nl == std::string::npos) break;
-                from = nl + 1;
-            }
-            std::printf("       against: %s\n", printable(task.against).c_str());
-            if (!o.hint.empty()) std::printf("       hint: %s\n", printable(o.hint).c_str());
-        }
-        if (o.printed && verbose) std::printf("       --- your code printed:\n%s       ---\n", o.log.c_str());
-        else if (o.printed && o.status != 'P')
-            std::printf("       (your code printed %d lines: --verbose shows them)\n", o.printed);
-        results += std::string(results.empty() ? "" : ",\n") + "    {\"task\": " + std::to_string(k + 1) + ", \"name\": \"" +
-                   detail::json_escape(task.name) + "\", \"status\": \"" + detail::status_word(o.status) + "\"}";
+        detail::Outcome o = detail::run_task(lab.tasks[k]);
+        detail::print_outcome(lab, k, o, verbose);
+        ran++, pass += o.status == 'P', todo += o.status == 'T';
+        results.push_back("    {\"task\": " + std::to_string(k + 1) + ", \"name\": \"" + detail::json_escape(lab.tasks[k].name) +
+                          "\", \"status\": \"" + detail::status_word(o.status) + "\"}");
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    int ran = only ? 1 : int(lab.tasks.size());
-    int pass = counts['P'], todo = counts['T'], failed = ran - pass - todo;
+    int failed = ran - pass - todo;
     if (todo == ran)
         std::printf("lab %s: nothing implemented yet: every task says not implemented (%.1f s)\n", lab.number.c_str(), secs);
     else
         std::printf("lab %s: %d of %d tasks pass%s%s (%.1f s)\n", lab.number.c_str(), pass, ran,
                     failed ? (", " + std::to_string(failed) + " failed").c_str() : "",
                     todo ? (", " + std::to_string(todo) + " not implemented").c_str() : "", secs);
-    if (!json.empty()) {
-        std::ofstream f(json);
-        f << "{\n  \"lab\": \"" << lab.number << "\",\n  \"check_version\": " << lab.version << ",\n  \"tasks\": [\n"
-          << results << "\n  ]\n}\n";
-        if (!f) std::fprintf(stderr, "%s: could not write\n", json.c_str());
-    }
+    if (!json.empty()) detail::write_json(json, lab, results);
     return pass == ran ? 0 : 1;
 }
 

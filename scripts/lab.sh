@@ -12,6 +12,12 @@
 #                                            re-run every DIR/*.tar.gz in a fresh copy of the labs:
 #                                            OUT/grades.csv (student × task) and OUT/summary.md
 #   scripts/lab.sh class-copy DIR            this checkout without labs/solutions/, for the class
+#   scripts/lab.sh pair HOST_A HOST_B [--net SUBNET]
+#                                            do two machines see each other under mpirun? (hostname,
+#                                            then 4 ranks exchange messages and all-reduce, bitwise)
+#   scripts/lab.sh expected --build-dir B [--check]
+#                                            docs/labs-expected.md: each lab's passing output, and what
+#                                            each planted mistake gets (--check: is the file current?)
 # For the build and CI (ctest labkit_NN):
 #   scripts/lab.sh kit NN --build-dir B      the starter says "not implemented", the answer passes,
 #                                            every planted mistake gets its hint
@@ -19,7 +25,7 @@
 #
 # PIPETRAIN_BUILD: the build directory check and submit use (default: build/ in the checkout).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd -P "$(dirname "$0")/.." && pwd -P)
 
 die() { echo "lab.sh: $*" >&2; exit 2; }
 
@@ -49,18 +55,18 @@ student_files() {
 }
 
 # ---- building one lab's check -----------------------------------------------------------------
-# build_lab BUILD NN LOG: configures BUILD if needed, builds lab_NN; on failure prints the compiler's
-# errors (at most 15 lines) and returns 1.
+# build_lab SOURCE BUILD NN LOG: configures BUILD from the checkout SOURCE if needed, builds lab_NN;
+# on failure prints the compiler's errors (at most 15 lines) and returns 1.
 build_lab() {
-  local build=$1 nn=$2 log=$3
+  local source=$1 build=$2 nn=$3 log=$4
   if [ ! -f "$build/CMakeCache.txt" ]; then
     echo "configuring $build (once)"
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release ${LAB_CMAKE_ARGS:-} >"$log" 2>&1 || { tail -20 "$log"; return 1; }
+    cmake -S "$source" -B "$build" -DCMAKE_BUILD_TYPE=Release ${LAB_CMAKE_ARGS:-} >"$log" 2>&1 || { tail -20 "$log"; return 1; }
   fi
   [ -f "$build/libpipetrain_core.a" ] || echo "building pipetrain's library first (once; a few minutes on 2 cores)"
   if ! cmake --build "$build" --target "lab_$nn" -j"$(nproc)" >"$log" 2>&1; then
     echo "lab $nn: your file does not compile; the compiler says:"
-    grep -E "error|Error" "$log" | grep -v -E "^(make|gmake)(\[[0-9]+\])?:" | sed "s|$root/||g" | head -15
+    grep -E "error|Error" "$log" | grep -v -E "^(make|gmake)(\[[0-9]+\])?:" | sed "s|$source/||g" | head -15
     echo "(the whole log: $log)"
     return 1
   fi
@@ -69,7 +75,8 @@ build_lab() {
 cmd_list() {
   local d
   for d in $(all_labs); do
-    printf '%s  %-22s %s\n' "$(lab_nn "$d")" "$(basename "$d" | cut -c4-)" "$(sed -n 's/^# Lab [0-9]*: *//p' "$d/README.md" | head -1)"
+    printf '%s  %-22s %s\n' "$(lab_nn "$d")" "$(basename "$d" | cut -c4-)" \
+      "$(sed -n 's/^# Lab [0-9]*: *//p' "$d/README.md" 2>/dev/null | head -1)"
   done
 }
 
@@ -82,7 +89,7 @@ cmd_check() {
   log=$build/lab_$nn.build.log
   mkdir -p "$build"
   t0=$EPOCHREALTIME
-  build_lab "$build" "$nn" "$log" || exit 1
+  build_lab "$root" "$build" "$nn" "$log" || exit 1
   awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "build: %.1f s\n", b - a }'
   exec "$build/lab_$nn" "$@"
 }
@@ -102,13 +109,13 @@ cmd_submit() {
   out=${out:-$PWD/submission-$name.tar.gz}
   local build=${PIPETRAIN_BUILD:-$root/build} stage dir nn f results=""
   stage=$(mktemp -d)
-  trap 'rm -rf "$stage"' EXIT
+  trap "rm -rf '$stage'" EXIT
   mkdir -p "$stage/files" "$build"
   for dir in $(chosen_labs "$labs"); do
     nn=$(lab_nn "$dir")
     mkdir -p "$stage/files/labs/$(basename "$dir")"
     for f in $(student_files "$dir"); do cp "$dir/$f" "$stage/files/labs/$(basename "$dir")/$f"; done
-    build_lab "$build" "$nn" "$stage/build.log" >/dev/null && "$build/lab_$nn" --json "$stage/$nn.json" >/dev/null 2>&1 || true
+    build_lab "$root" "$build" "$nn" "$stage/build.log" >/dev/null && "$build/lab_$nn" --json "$stage/$nn.json" >/dev/null 2>&1 || true
     if [ -f "$stage/$nn.json" ]; then
       results+="${results:+,}$(sed 's/^/  /' "$stage/$nn.json")"
       echo "lab $nn: $(grep -c '"pass"' "$stage/$nn.json") of $(grep -c '"status"' "$stage/$nn.json") tasks pass"
@@ -190,7 +197,7 @@ cmd_grade() {
   local header="student" row status
   for dir in $chosen; do
     nn=$(lab_nn "$dir")
-    build_lab "$build" "$nn" "$work/build.log" >/dev/null || die "grade: lab $nn's starter does not build ($work/build.log)"
+    build_lab "$tree" "$build" "$nn" "$work/build.log" >/dev/null || die "grade: lab $nn's starter does not build ($work/build.log)"
     "$build/lab_$nn" --json "$work/starter_$nn.json" >/dev/null 2>&1 || true
     for t in $(sed -n 's/.*"task": \([0-9]*\).*/\1/p' "$work/starter_$nn.json"); do header+=",$nn.$t"; done
   done
@@ -218,7 +225,7 @@ cmd_grade() {
       rm -f "$work/result.json"
       if [ -n "$refused" ]; then
         status=refused
-      elif ! build_lab "$build" "$nn" "$work/$student.$nn.log" >/dev/null; then
+      elif ! build_lab "$tree" "$build" "$nn" "$work/$student.$nn.log" >/dev/null; then
         status=build-error
         notes+="lab $nn does not compile: $(grep -m1 -E 'error' "$work/$student.$nn.log" | sed "s|$tree/||g" | cut -c1-120 | tr '|' '/'); "
       else
@@ -237,7 +244,7 @@ cmd_grade() {
     done
     [ -n "$refused" ] && notes+="$refused; "
     echo "$row,$passed,$total" >>"$out/grades.csv"
-    echo "| $student | $passed / $total | ${notes:-} |" >>"$out/summary.md"
+    echo "| $student | $passed / $total | ${notes%; } |" >>"$out/summary.md"
     echo "$student: $passed of $total tasks pass"
   done
   {
@@ -259,6 +266,72 @@ cmd_class_copy() {
   mkdir -p "$1"
   (cd "$root" && git ls-files -z | grep -z -v '^labs/solutions/' | tar --null -T - -cf -) | tar -xf - -C "$1"
   echo "wrote $1: this checkout's files without labs/solutions/ ($(cd "$1" && find . -type f | wc -l) files)"
+}
+
+# ---- two machines ------------------------------------------------------------------------------
+cmd_pair() {
+  [ $# -ge 2 ] || die "usage: scripts/lab.sh pair HOST_A HOST_B [--net SUBNET]"
+  local a=$1 b=$2 net="" build=${PIPETRAIN_BUILD:-$root/build}
+  shift 2
+  [ "${1:-}" = --net ] && net=${2:-} && [ -n "$net" ] || [ $# -eq 0 ] || die "pair: --net SUBNET (e.g. 192.168.1.0/24)"
+  command -v mpirun >/dev/null || die "pair: no mpirun on PATH (sudo apt-get install openmpi-bin libopenmpi-dev)"
+  [ -x "$build/mpi_comm_worker" ] || die "pair: no $build/mpi_comm_worker (build pipetrain with MPI: scripts/test.sh)"
+  # As scripts/mpirun.sh: root, more ranks than cores, containers without CMA.
+  export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+  export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+  local mca=(--oversubscribe)
+  [ -n "$net" ] && mca+=(--mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net")
+  echo "1. can mpirun start a process on each? (ssh, the same MPI on both)"
+  if ! timeout 60 mpirun -np 2 -H "$a:1,$b:1" "${mca[@]}" hostname; then
+    echo "pair: no. Check: 'ssh $b true' works without a prompt, mpirun is on $b's PATH for a non-interactive ssh," \
+         "and the firewall lets TCP through between $a and $b (or name the network: --net SUBNET)"
+    exit 1
+  fi
+  echo "2. do 4 ranks (2 on each) exchange messages, all-reduce with one thread's bits, and meet at a barrier?"
+  if ! timeout 120 mpirun -np 4 -H "$a:2,$b:2" "${mca[@]}" "$build/mpi_comm_worker" exchange 20; then
+    echo "pair: the processes started but did not talk. The usual cause: a second network (Docker, a VPN) that" \
+         "the other machine cannot reach: name the shared one with --net SUBNET. $build must be the same path on both."
+    exit 1
+  fi
+  echo "pair: $a and $b see each other; the room-of-machines step (docs/teaching.md) will run"
+}
+
+# ---- what each lab prints (docs/labs-expected.md) -----------------------------------------------
+cmd_expected() {
+  [ $# -ge 2 ] && [ "$1" = --build-dir ] || die "usage: scripts/lab.sh expected --build-dir BUILD [--check]"
+  if [ "${3:-}" = --check ]; then   # times (a deadline, a measured wait) may differ between runs
+    local doc=$root/docs/labs-expected.md norm='s/[0-9]+(\.[0-9]+)? (s|ms)\b/N \2/g'
+    if diff <(sed -E "$norm" "$doc") <(cmd_expected --build-dir "$2" | sed -E "$norm"); then
+      echo "docs/labs-expected.md is current"; exit 0
+    fi
+    echo "docs/labs-expected.md is stale: scripts/lab.sh expected --build-dir $2 > docs/labs-expected.md"; exit 1
+  fi
+  local build=$2 dir nn answers name
+  echo "# What each lab's check prints"
+  echo
+  echo "Generated by \`scripts/lab.sh expected --build-dir build\` from the answers and the planted mistakes"
+  echo "of \`labs/solutions/\` (ctest \`lab_expected\` fails when this file is stale). Timings are left out."
+  for dir in $(all_labs); do
+    nn=$(lab_nn "$dir"); answers=$root/labs/solutions/$(basename "$dir")
+    [ -d "$answers" ] || continue
+    echo
+    echo "## $(sed -n '1s/^# //p' "$dir/README.md")"
+    echo
+    echo "A finished lab:"
+    echo
+    echo '```'
+    "$build/lab_${nn}_solution" 2>&1 | sed -E 's/ \([0-9.]+ s\)$//' || true
+    echo '```'
+    for name in $(sed -n 's/^mistake: *//p' "$answers/mistakes.txt" 2>/dev/null); do
+      echo
+      echo "Mistake \`$name\`: \`$(mistake_field "$answers/mistakes.txt" "$name" line)\` written as"
+      echo "\`$(mistake_field "$answers/mistakes.txt" "$name" becomes)\` gets:"
+      echo
+      echo '```'
+      "$build/lab_${nn}_mistake_$name" 2>&1 | grep -E "^  (FAIL|todo) |^       " || true
+      echo '```'
+    done
+  done
 }
 
 # ---- the kit's own proof (ctest labkit_NN) -----------------------------------------------------
@@ -298,7 +371,7 @@ cmd_kit() {
   dir=$(lab_dir "$1"); nn=$(lab_nn "$dir")
   answers=$root/labs/solutions/$(basename "$dir")
   [ -d "$answers" ] || { echo "skipped: no $answers (a class copy)"; exit 77; }
-  out=$(mktemp); trap 'rm -f "$out"' EXIT
+  out=$(mktemp); trap "rm -f '$out'" EXIT
   # 1. The starter, as committed, fails every task with "not implemented".
   local edited=""
   if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
@@ -322,7 +395,16 @@ cmd_kit() {
   else
     cat "$out"; echo "KIT FAIL: the answer in $answers does not pass"; bad=1
   fi
-  # 3. Each planted mistake fails with its hint.
+  # 3. The README's deliverable commands on the check (scripts/lab.sh check NN --FLAG ...) run on the answer.
+  local flags
+  while IFS= read -r flags; do
+    if timeout 300 "$build/lab_${nn}_solution" $flags >"$out" 2>&1; then
+      echo "answer, $(basename "$dir")/README.md's 'check $nn $flags': $(grep -c '' "$out") lines, exit 0"
+    else
+      cat "$out"; echo "KIT FAIL: the README's 'scripts/lab.sh check $nn $flags' fails on the answer"; bad=1
+    fi
+  done < <(sed -n -E "s/^scripts\/lab\.sh check $nn (--[^#]*[^ #]).*/\1/p" "$dir/README.md")
+  # 4. Each planted mistake fails with its hint.
   local name hint
   for name in $(sed -n 's/^mistake: *//p' "$answers/mistakes.txt" 2>/dev/null); do
     hint=$(mistake_field "$answers/mistakes.txt" "$name" hint)
@@ -339,7 +421,7 @@ cmd_kit() {
   exit "$bad"
 }
 
-[ $# -ge 1 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 sub=$1; shift
 case $sub in
   list) cmd_list ;;
@@ -348,7 +430,9 @@ case $sub in
   grade) cmd_grade "$@" ;;
   class-copy) cmd_class_copy "$@" ;;
   kit) cmd_kit "$@" ;;
+  pair) cmd_pair "$@" ;;
+  expected) cmd_expected "$@" ;;
   plant) cmd_plant "$@" ;;
-  -h|--help|help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h|--help|help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown command '$sub' (list, check, submit, grade, class-copy; kit and plant for the build)" ;;
 esac

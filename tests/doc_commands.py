@@ -8,6 +8,10 @@ one is run here, in document order, from a scratch directory laid out like a che
 flag given twice takes its last value). A non-zero exit fails the test, naming the file, the line
 and the command.
 
+A line whose trailing comment says `# exits N` (a lab's check on its starter, which must fail
+until the student writes the lab) must exit with exactly N. The labs' READMEs (labs/NN_topic/)
+are documents too.
+
 Lines marked with a trailing comment `# needs ...` (a GPU, two machines, Slurm, MPICH, the
 downloaded ERNIE weights) cannot run here: their pipetrain command is checked for flag validity
 only (`train --dry-run` parses and plans without training; any other command's flags must be ones
@@ -28,11 +32,13 @@ import tempfile
 
 PREFIXES = ("pipetrain ", "build/pipetrain ", "scripts/", "mpirun ", "mpiexec", "srun ")
 NEEDS = re.compile(r"#\s*needs ([^#]*)$")   # at the end of a command, or a comment line alone
-LINK = ("scripts", "tests", "docs", "src", "kernels", "tutorials", "CMakeLists.txt", "pipeline.hpp")
+EXITS = re.compile(r"#\s*exits (\d+)\b")     # the exit code a line must end with
+LINK = ("scripts", "tests", "docs", "src", "kernels", "tutorials", "labs", "CMakeLists.txt", "pipeline.hpp",
+        "pipeline_lab.hpp")
 
 
 def commands(path):
-    """(line number, command, mark) for every command line of the file's sh blocks."""
+    """(line number, command, mark, exit code) for every command line of the file's sh blocks."""
     out, block, start, pending, block_mark = [], None, 0, "", ""
     for n, line in enumerate(open(path, encoding="utf-8"), 1):
         stripped = line.strip()
@@ -52,9 +58,9 @@ def commands(path):
         cmd, pending = pending, ""
         if not cmd.startswith(PREFIXES):
             continue
-        mark = NEEDS.search(cmd)
+        mark, exits = NEEDS.search(cmd), EXITS.search(cmd)
         cmd = re.sub(r"\s+#.*$", "", cmd)   # a trailing comment says what the line is for
-        out.append((start, cmd, mark.group(1).strip() if mark else block_mark))
+        out.append((start, cmd, mark.group(1).strip() if mark else block_mark, int(exits.group(1)) if exits else 0))
     return out
 
 
@@ -149,16 +155,19 @@ def check_cli_block(source, cwd, env):
 def main():
     source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     docs = ["README.md"] + sorted("docs/" + f for f in os.listdir(os.path.join(source, "docs")) if f.endswith(".md"))
+    labs = os.path.join(source, "labs")
+    docs += sorted("labs/%s/README.md" % d for d in os.listdir(labs) if os.path.isfile(os.path.join(labs, d, "README.md")))
     for doc in docs:   # a doc that is not UTF-8 fails by name, not with a traceback
         try:
             open(os.path.join(source, doc), encoding="utf-8").read()
         except UnicodeDecodeError as e:
             print("FAILED: %s: not valid UTF-8 at byte %d" % (doc, e.start))
             return 1
-    todo = [(doc, n, cmd, mark) for doc in docs for n, cmd, mark in commands(os.path.join(source, doc))]
+    todo = [(doc, n, cmd, mark, exits) for doc in docs for n, cmd, mark, exits in commands(os.path.join(source, doc))]
     if "--list" in sys.argv:
-        for doc, n, cmd, mark in todo:
-            print("%s:%d: %s%s" % (doc, n, cmd, "   [flags only: needs %s]" % mark if mark else ""))
+        for doc, n, cmd, mark, exits in todo:
+            print("%s:%d: %s%s%s" % (doc, n, cmd, "   [flags only: needs %s]" % mark if mark else "",
+                                     "   [exits %d]" % exits if exits else ""))
         return 0
     cwd = scratch(source, build)
     env = dict(os.environ, PATH=os.path.join(cwd, "bin") + os.pathsep + os.environ["PATH"])
@@ -168,12 +177,12 @@ def main():
     error = check_cli_block(source, cwd, env)
     if error:
         failures.append(error)
-    for doc, n, cmd, mark in todo:
+    for doc, n, cmd, mark, exits in todo:
         where = "%s:%d: %s" % (doc, n, cmd)
         if cmd.startswith("scripts/test.sh"):
             print("skipped (this test runs inside it): " + where)
             continue
-        if not mark and cmd.startswith(("mpirun", "scripts/mpirun.sh")) and not mpi_here(env):
+        if not mark and (cmd.startswith(("mpirun", "scripts/mpirun.sh")) or "lab.sh pair" in cmd) and not mpi_here(env):
             mark = "MPI (not installed here)"
         if mark:
             error = check_flags_only(cmd, cwd, env)
@@ -182,7 +191,7 @@ def main():
         else:
             trains = re.search(r"(^scripts/run\.sh|\btrain)\b", cmd) is not None
             code, out = run(cmd + (" --steps 2" if trains else ""), cwd, env)
-            error = "" if code == 0 else "exit %d:\n%s" % (code, out[-3000:])
+            error = "" if code == exits else "exit %d (expected %d):\n%s" % (code, exits, out[-3000:])
             ran += 1
             print("%s: %s" % ("FAIL" if error else "ok", where))
         if error:

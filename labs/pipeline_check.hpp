@@ -101,4 +101,15 @@ inline std::string first_parameter_difference(const lab::Stages& yours, const la
     return "";
 }
 
+// The schedule labs' last task: after one step on threads the parameters have one device's bits.
+// Fails with the first parameter that differs and, where the backward order is the cause, says so;
+// `otherwise` is the hint when the order is right.
+inline void check_one_device_bits(const pp::Schedule& s, int M, const std::string& otherwise) {
+    std::string differs = first_parameter_difference(step_of(s), one_device_step(M));
+    if (differs.empty()) return;
+    std::string order = backward_order_problem(s);
+    if (!order.empty()) fail("after one step: " + differs + "\n" + order, kBackwardOrderHint);
+    fail("after one step: " + differs, otherwise);
+}
+
 }  // namespace labcheck

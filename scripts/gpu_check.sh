@@ -17,7 +17,8 @@
 # script runs against one deadline (PT_GPU_DEADLINE seconds, default 480): every step gets what
 # is left, capped, a failed or slow step is reported and the next one still runs, and the
 # tables are written whatever happened. Where $OUT is set (the device tool), the results file
-# and the logs are copied there as they are made, so they come back even if the call is cut short.
+# and a tarball of the logs (gpu-logs.tgz; the tool brings back at most 8 files) are refreshed
+# there after every step, so they come back even if the call is cut short.
 # The budget of one session (900 s):
 #   machine start                      ~120-180 s (outside this script)
 #   this script, PT_GPU_DEADLINE        480 s: configure <= 60, build <= 200 (-j16), CUDA tests
@@ -26,7 +27,9 @@
 #                                       gpu_vs_torch.py what is left, at most PT_TORCH_BUDGET (150)
 #   the device call's timeout_s         540 (the deadline + copying back)
 #   left for one targeted rerun        ~180 s, e.g. PT_GPU_STEPS=torch PT_GPU_DEADLINE=150
-# PT_GPU_STEPS (default "build tests bench train mpi hf torch") picks the steps; without "build" an
+# PT_GPU_STEPS (default "build tests bench train mpi hf torch schedules") picks the steps; "schedules"
+# dumps PyTorch's own pipelining schedules as CSV (scripts/torch_schedules.py, CPU only, beside the
+# build) into $BUILD/torch_schedules, shipped as torch_schedules.tgz for tests/fixtures/; without "build" an
 # existing build is used as it is (a rerun on the warm machine, which keeps ignored build dirs).
 # PT_TORCH_ARGS adds flags to gpu_vs_torch.py (e.g. "--only eager" or "--shapes small"), PT_HF_ARGS
 # to hf_interop.py ("--selftest" tests the plumbing where transformers is missing).
@@ -35,7 +38,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 RESULTS=docs/gpu-results.md
 DEADLINE=${PT_GPU_DEADLINE:-480}
-STEPS=" ${PT_GPU_STEPS:-build tests bench train mpi hf torch} "
+STEPS=" ${PT_GPU_STEPS:-build tests bench train mpi hf torch schedules} "
 OUT=${OUT:-}
 mkdir -p "$BUILD" docs
 want() { [[ "$STEPS" == *" $1 "* ]]; }
@@ -53,8 +56,18 @@ step() {
     else timeout "$t" "$@" >"$BUILD/$name.log" 2>&1; fi
     local rc=$?
     echo "-- $name: exit $rc in $((SECONDS - t0)) s (limit $t s)" >&2
-    [ -n "$OUT" ] && cp "$BUILD/$name.log" "$OUT/" 2>/dev/null
+    ship
     return $rc
+}
+# ship: refresh $OUT's copies (the device tool brings back $OUT, at most 8 files)
+ship() {
+    [ -n "$OUT" ] || return 0
+    (cd "$BUILD" && tar czf "$OUT/gpu-logs.tgz.$BASHPID" --ignore-failed-read *.log *.md hf-work/pipetrain.log 2>/dev/null
+     mv -f "$OUT/gpu-logs.tgz.$BASHPID" "$OUT/gpu-logs.tgz")
+    [ -d "$BUILD/torch_schedules" ] && tar czf "$OUT/torch_schedules.tgz.$BASHPID" -C "$BUILD" torch_schedules 2>/dev/null &&
+        mv -f "$OUT/torch_schedules.tgz.$BASHPID" "$OUT/torch_schedules.tgz"
+    [ -f "$RESULTS" ] && cp "$RESULTS" "$OUT/"
+    return 0
 }
 
 command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this script needs a CUDA GPU"
@@ -69,6 +82,15 @@ done
 [ -n "$PY" ] || PY=python3
 echo "== python: $PY ($("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'no torch');" \
     "$("$PY" -c 'import transformers; print("transformers", transformers.__version__)' 2>/dev/null || echo 'no transformers'))"
+
+# PyTorch's own schedules as CSV, for the schedule-import tests: CPU only, beside everything else.
+SCHED_PID=""
+if want schedules; then
+    echo "== PyTorch's pipelining schedules as CSV (scripts/torch_schedules.py, in the background)"
+    rm -rf "$BUILD/torch_schedules"
+    step schedules 120 "$PY" scripts/torch_schedules.py --out "$BUILD/torch_schedules" --timeout 100 &
+    SCHED_PID=$!
+fi
 
 # NCCL and cuBLAS may live only in the Python wheels of the machine's PyTorch: point CMake there.
 NV=$("$PY" -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
@@ -132,7 +154,7 @@ if [ -n "$HF_PID" ]; then
         77) HF_LINE="HF interop: SKIPPED ($(head -n 1 "$BUILD/hf.md"))"; : >"$BUILD/hf.md" ;;
         *) HF_FAIL=1; HF_LINE="HF interop: FAILED (exit $HF_RC; $(grep -oE '[0-9]+ of [0-9]+ checks passed' "$BUILD/hf.md" | head -n 1 || true))" ;;
     esac
-    [ -n "$OUT" ] && cp "$BUILD/hf.md" "$BUILD/hf-work/pipetrain.log" "$OUT/" 2>/dev/null
+    ship
 fi
 
 echo "== training: tiny model, 4-stage 1F1B, 20 steps, GPU then CPU"
@@ -201,7 +223,7 @@ if want torch; then
             77) TORCH_LINE="PyTorch comparison: SKIPPED ($(head -n 1 "$BUILD/torch.md"))"; : >"$BUILD/torch.md" ;;
             *) TORCH_FAIL=1; TORCH_LINE="PyTorch comparison: FAILED or cut short (exit $TORCH_RC, log torch.log)" ;;
         esac
-        [ -n "$OUT" ] && cp "$BUILD/torch.md" "$OUT/" 2>/dev/null
+        ship
     fi
 fi
 for md in torch hf; do   # each emptied before its step (below and above), so never an old run's
@@ -210,18 +232,24 @@ for md in torch hf; do   # each emptied before its step (below and above), so ne
 $(cat "$BUILD/$md.md")"
 done
 
+SCHED_LINE="PyTorch schedules: not run (PT_GPU_STEPS)"
+if [ -n "$SCHED_PID" ]; then
+    wait "$SCHED_PID"; SCHED_RC=$?
+    SCHED_LINE="PyTorch schedules: $(ls "$BUILD"/torch_schedules/*.csv 2>/dev/null | wc -l) CSV files (exit $SCHED_RC; $(tail -n 1 "$BUILD/schedules.log" 2>/dev/null))"
+    ship
+fi
 GOALS="performance goals: $(grep -c ' met |' <<<"$TABLE") met, $(grep -c 'MISSED' <<<"$TABLE") missed$(grep 'MISSED' <<<"$TABLE" | cut -d'|' -f2 | sed 's/^ *//; s/ *$//' | tr '\n' ',' | sed 's/^/ (/; s/,$/)/; s/^ ($//')"
 [ -f "$RESULTS" ] || printf '# GPU results\n\nGenerated by scripts/gpu_check.sh; each run appends a section. ratio = reference time / kernel time (GEMM: fraction of cuBLAS, memory-bound kernels: fraction of device-to-device copy bandwidth, flash attention: speed-up over v1).\n' >"$RESULTS"
 {
     printf '\n## %s — %s (commit %s)\n\n%s; %s; %s; %s; %s; %s; whole check %d s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$GPU" \
-        "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$TEST_LINE" "$BUILD_LINE" "$HF_LINE" "$MPI_LINE" "$TORCH_LINE" \
-        "$GOALS" "$SECONDS"
+        "${PT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" "$TEST_LINE" "$BUILD_LINE" "$HF_LINE" "$MPI_LINE" "$TORCH_LINE" \
+        "$SCHED_LINE; $GOALS" "$SECONDS"
     echo "$TABLE"
 } >>"$RESULTS"
-[ -n "$OUT" ] && cp "$RESULTS" "$OUT/"
+ship
 
 echo
-echo "== $TEST_LINE; $BUILD_LINE; $HF_LINE; $MPI_LINE; $TORCH_LINE; $GOALS; $SECONDS s; appended to $RESULTS"
+echo "== $TEST_LINE; $BUILD_LINE; $HF_LINE; $MPI_LINE; $TORCH_LINE; $SCHED_LINE; $GOALS; $SECONDS s; appended to $RESULTS"
 echo "$TABLE"
 [ "$TESTS" -ne 0 ] && exit "$TESTS"
 exit $((HF_FAIL | TORCH_FAIL))

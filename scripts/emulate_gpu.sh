@@ -17,6 +17,15 @@ if [ "${1:-}" = --nccl-vs-thread ]; then  # internal, run by a check in the buil
     cmp "$out-auto/model.safetensors" "$out-thread/model.safetensors" && echo "nccl = thread, bit for bit"
     exit
 fi
+if [ "${1:-}" = --mpi-vs-thread ]; then  # internal, run by a check in the build folder: 2 processes, 1 GPU
+    repo=$(cd "$(dirname "$0")/.." && pwd)
+    train="./pipetrain train --preset tiny --data $repo/tests/fixtures/text/sample_zh.txt --steps 4 --batch 8 --seq 32
+           --seed 11 --dropout 0.1 --lr 1e-3 --device cuda --overwrite --stages 2 --micro-batches 4 --eval-every 2 --timeout 120"
+    # Rank 0 gathers rank 1's layers for the evaluation and the save: they must land in host memory.
+    $train --out mpi-thread && bash "$repo/scripts/mpirun.sh" 2 $train --comm mpi --out mpi-procs || exit 1
+    cmp mpi-thread/model.safetensors mpi-procs/model.safetensors && echo "mpi = thread, bit for bit"
+    exit
+fi
 cd "$(dirname "$0")/.."
 SELFTEST=0
 if [ "${1:-}" = --selftest ]; then SELFTEST=1; shift; fi
@@ -69,6 +78,10 @@ if [ $SELFTEST = 0 ]; then
     # The V shape: rank 1's turn is a send to itself inside a group; looped BFS needs late sends.
     check "train nccl = thread EMU_GPUS=2 zbv" "" EMU_GPUS=2 EMU_TAG=-zbv bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4 --schedule zbv
     check "train nccl = thread EMU_GPUS=2 looped-bfs" "" EMU_GPUS=2 EMU_TAG=-bfs bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 8 --schedule looped-bfs --chunks 2
+    # Two processes on one GPU (MpiComm, messages staged through host memory) against two threads.
+    if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
+        check "train mpi = thread, 2 processes, 1 GPU" "" EMU_GPUS=1 bash "$PWD/scripts/emulate_gpu.sh" --mpi-vs-thread
+    fi
     # A full GPU under one rank: the run stops with that rank named (no hang, no traceback), and
     # leaves no --out behind (an "oom-run left behind" exits 0, which fails the check).
     rm -rf "$B/oom-run"

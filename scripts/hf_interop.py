@@ -15,8 +15,9 @@
     `pipetrain eval` loads each and its outputs must match transformers'.
 (c) The slow BertTokenizer (BertTokenizerLegacy in transformers 5) and the fast one, on a
     pipetrain vocab.txt, against `pipetrain tokenize --ids` on tests/fixtures/tokenizer/input.txt,
-    id for id: the slow one must agree; where the fast one differs the lines are listed (DIFF,
-    not a failure: pipetrain follows the slow tokenizer).
+    id for id, except the lines listed in KNOWN with their reasons (an ERNIE-style "token<TAB>id"
+    vocab line, Python's final-sigma lowercasing): any other line where the slow one differs
+    fails; where the fast one differs the lines are listed (DIFF).
 
 Nothing is downloaded: every model and tokenizer comes from a local directory, with
 local_files_only=True and HF_HUB_OFFLINE=1. Each check prints PASS / FAIL (or DIFF) with its
@@ -193,14 +194,20 @@ class HF:
             if not os.path.exists(os.path.join(directory, "model.safetensors")):
                 raise RuntimeError(f"save_pretrained wrote no model.safetensors: {sorted(os.listdir(directory))}")
             return "save_pretrained"
+        how = "save_pretrained(safe_serialization=False)"
         try:
             model.save_pretrained(directory, safe_serialization=False)
-            how = "save_pretrained(safe_serialization=False)"
-        except TypeError:   # transformers 5 dropped it: "save the model.state_dict() by yourself"
+        except TypeError:
+            pass
+        if not os.path.exists(os.path.join(directory, "pytorch_model.bin")):
+            # transformers 5 writes safetensors whatever the flag (5.17 accepts and ignores it): "save
+            # the model.state_dict() by yourself", as its migration guide says.
+            for f in os.listdir(directory) if os.path.isdir(directory) else []:
+                if f.endswith(".safetensors"): os.remove(os.path.join(directory, f))
             os.makedirs(directory, exist_ok=True)
             model.config.save_pretrained(directory)
             self.torch.save(model.state_dict(), os.path.join(directory, "pytorch_model.bin"))
-            how = "torch.save(state_dict) (this transformers has no safe_serialization=False)"
+            how = "torch.save(state_dict) (this transformers writes no .bin with save_pretrained)"
         if not os.path.exists(os.path.join(directory, "pytorch_model.bin")):
             raise RuntimeError(f"no pytorch_model.bin written: {sorted(os.listdir(directory))}")
         return how
@@ -532,6 +539,21 @@ def ids_from(ids, k, count=8):
     return ("… " if k else "") + part + (" …" if len(ids) > k + count else "")
 
 
+# Lines of tests/fixtures/tokenizer/input.txt where transformers is known to differ from pipetrain,
+# and why (seen with transformers 5.17 on 2026-12-04). Any other difference fails (slow) or is
+# listed as DIFF (fast).
+FIXTURE_VOCAB = "tests/fixtures/tokenizer/vocab.txt"
+_TAB_LINE = ("the fixture's vocab.txt has the line 'model<TAB>121', ERNIE's own 'token<TAB>id' form, which "
+             "pipetrain (as Paddle's ERNIE tokenizer) reads as the token 'model'; transformers' load_vocab keeps "
+             "the whole line as one token, so 'model' becomes m ##o ##d ##e ##l")
+KNOWN = {
+    (FIXTURE_VOCAB, "slow", 89): _TAB_LINE,
+    (FIXTURE_VOCAB, "fast", 89): _TAB_LINE,
+    (FIXTURE_VOCAB, "slow", 105): "Python's str.lower() applies Unicode's final-sigma rule (a word-final Σ becomes ς); "
+                                  "pipetrain and the fast (Rust) tokenizer lower each character alone (Σ becomes σ)",
+}
+
+
 def part_c(report, impl, pt, work, vocabs):
     text = os.path.join(FIXTURES, "tokenizer", "input.txt")
     lines = read_lf_lines(text)
@@ -547,11 +569,18 @@ def part_c(report, impl, pt, work, vocabs):
                 report.add("c", name, "FAIL", f"could not make it: {how}"[:400])
                 continue
             diffs = diff_lines(lines, ours, encode(lines))
+            known = [d for d in diffs if KNOWN.get((label, kind, d[0]))]
+            diffs = [d for d in diffs if d not in known]
+            for n, t, a, b in known:
+                report.notes.append(f"Known departure, line {n} ({shown(t)}), {kind} tokenizer on {label}: "
+                                    f"{KNOWN[(label, kind, n)]}.")
             if not diffs:
-                report.add("c", name, "PASS", f"{len(lines)} lines id for id ({how})")
+                report.add("c", name, "PASS", f"{len(lines) - len(known)} lines id for id, {len(known)} known departures "
+                           f"(listed below) ({how})")
                 continue
             status = "FAIL" if kind == "slow" else "DIFF"
-            report.add("c", name, status, f"{len(diffs)} of {len(lines)} lines differ, first: line {diffs[0][0]} ({how})")
+            report.add("c", name, status, f"{len(diffs)} of {len(lines)} lines differ beyond the {len(known)} known, "
+                       f"first: line {diffs[0][0]} ({how})")
             rows = [f"| {n} | {shown(t)} | {k} | {ids_from(a, k)} | {ids_from(b, k)} |"
                     for n, t, a, b in diffs[:30] for k in [first_difference(a, b)]]
             report.notes.append(f"Lines where the {kind} tokenizer ({how}) differs from pipetrain on {label} "

@@ -169,7 +169,11 @@ std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool g
             Buf& b = grads ? w.stages[rank]->layer(i)->grads : w.stages[rank]->layer(i)->params;
             comm.send(b.data(), b.size() * sizeof(float), 0, pt::kTagLayer + i);
         } else if (rank == 0) {
+            // On the host, whatever this thread's device: the callers read `all` there, as they
+            // read rank 0's own layers (moved to the host before). A layer made on the GPU here
+            // was read by the host as if it were host memory (a crash under mpirun on an H200).
             held.push_back(make_layer(w.setup->cfg, i));
+            held.back()->to(Device{});
             Buf& b = grads ? held.back()->grads : held.back()->params;
             comm.recv(b.data(), b.size() * sizeof(float), owner, pt::kTagLayer + i);
             all.push_back(held.back().get());

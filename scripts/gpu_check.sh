@@ -27,7 +27,8 @@
 #                                       gpu_vs_torch.py what is left, at most PT_TORCH_BUDGET (150)
 #   the device call's timeout_s         540 (the deadline + copying back)
 #   left for one targeted rerun        ~180 s, e.g. PT_GPU_STEPS=torch PT_GPU_DEADLINE=150
-# PT_GPU_STEPS (default "build tests bench train mpi hf torch schedules") picks the steps; "schedules"
+# PT_GPU_STEPS (default "build tests sanitize bench train mpi hf torch schedules") picks the steps;
+# "sanitize" runs the CUDA tests under compute-sanitizer (memcheck, and racecheck for the kernels); "schedules"
 # dumps PyTorch's own pipelining schedules as CSV (scripts/torch_schedules.py, CPU only, beside the
 # build) into $BUILD/torch_schedules, shipped as torch_schedules.tgz for tests/fixtures/; without "build" an
 # existing build is used as it is (a rerun on the warm machine, which keeps ignored build dirs).
@@ -38,7 +39,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 RESULTS=docs/gpu-results.md
 DEADLINE=${PT_GPU_DEADLINE:-480}
-STEPS=" ${PT_GPU_STEPS:-build tests bench train mpi hf torch schedules} "
+STEPS=" ${PT_GPU_STEPS:-build tests sanitize bench train mpi hf torch schedules} "
 OUT=${OUT:-}
 mkdir -p "$BUILD" docs
 want() { [[ "$STEPS" == *" $1 "* ]]; }
@@ -129,6 +130,23 @@ grep -E 'tests passed|Passed|Failed|Skipped|Not Run|\*\*\*' "$BUILD/tests.log" |
 if grep -q 'Skipped' "$BUILD/tests.log"; then TEST_LINE="CUDA tests: SKIPPED, no GPU visible to them (ctest exit $TESTS)"; TESTS=1
 elif [ $TESTS -eq 0 ]; then TEST_LINE="CUDA tests: passed"
 else TEST_LINE="CUDA tests: FAILED (ctest exit $TESTS: $(grep -E '^\s+[0-9]+ - ' "$BUILD/tests.log" | sed -E 's/^ +[0-9]+ - //' | tr '\n' ' '))"; fi
+fi
+
+echo "== compute-sanitizer"
+SAN_LINE="compute-sanitizer: not run (PT_GPU_STEPS);"
+if want sanitize; then
+    if ! command -v compute-sanitizer >/dev/null; then SAN_LINE="compute-sanitizer: SKIPPED (not on this machine);"
+    else
+        SAN_LINE="compute-sanitizer:"
+        for run in "memcheck test_cuda_kernels" "racecheck test_cuda_kernels" "memcheck test_cuda_train"; do
+            set -- $run
+            step "sanitize-$1-$2" 90 compute-sanitizer --tool "$1" --print-limit 10 "$BUILD/$2"
+            rc=$?
+            found=$(grep -hoE '(ERROR|RACECHECK) SUMMARY: .*' "$BUILD/sanitize-$1-$2.log" | head -n 1)
+            SAN_LINE="$SAN_LINE $1 $2 exit $rc (${found:-no summary});"
+            [ $rc -ne 0 ] && TESTS=1
+        done
+    fi
 fi
 
 echo "== benchmark"
@@ -243,13 +261,13 @@ GOALS="performance goals: $(grep -c ' met |' <<<"$TABLE") met, $(grep -c 'MISSED
 {
     printf '\n## %s — %s (commit %s)\n\n%s; %s; %s; %s; %s; %s; whole check %d s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$GPU" \
         "${PT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" "$TEST_LINE" "$BUILD_LINE" "$HF_LINE" "$MPI_LINE" "$TORCH_LINE" \
-        "$SCHED_LINE; $GOALS" "$SECONDS"
+        "$SAN_LINE $SCHED_LINE; $GOALS" "$SECONDS"
     echo "$TABLE"
 } >>"$RESULTS"
 ship
 
 echo
-echo "== $TEST_LINE; $BUILD_LINE; $HF_LINE; $MPI_LINE; $TORCH_LINE; $SCHED_LINE; $GOALS; $SECONDS s; appended to $RESULTS"
+echo "== $TEST_LINE; $BUILD_LINE; $HF_LINE; $MPI_LINE; $TORCH_LINE; $SAN_LINE $SCHED_LINE; $GOALS; $SECONDS s; appended to $RESULTS"
 echo "$TABLE"
 [ "$TESTS" -ne 0 ] && exit "$TESTS"
 exit $((HF_FAIL | TORCH_FAIL))

@@ -681,6 +681,12 @@ void with_padded_head(int HS, Launch&& launch) {
     else launch(std::integral_constant<int, 128>());
 }
 
+// Dynamic shared memory for n floats, rounded up to whole float4s. ptxas (CUDA 13, sm_90) merges
+// a loop's guarded remainder loads (qi[c], qi[c + 1], qi[c + 2]) into one 12-byte load, which reads
+// past an array of HS = 26 floats: harmless on the H200, but compute-sanitizer's memcheck reports
+// it (and aborts the kernel). The padding keeps every such load inside the allocation.
+size_t smem_floats(int n) { return sizeof(float) * (((size_t)n + 3) & ~(size_t)3); }
+
 void check_smem(int floats, const char* fn, int T) {
     if (floats > kMaxSmemFloats)
         throw std::runtime_error(std::string(fn) + " (CUDA v1): sequence length T = " + std::to_string(T) +
@@ -697,12 +703,12 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const dim3 grid = heads_grid(T, B, NH, "attention_forward");  // one block per query row (i, bh)
-    scores_kernel<<<grid, kThreads, sizeof(float) * HS, stream>>>(att, q, k, mask, causal, T, NH, HS, scale);
+    scores_kernel<<<grid, kThreads, smem_floats(HS), stream>>>(att, q, k, mask, causal, T, NH, HS, scale);
     CUDA_CHECK_LAST();
     const int64_t rows = (int64_t)B * NH * T;
     softmax_kernel<<<(unsigned)ceil_div<int64_t>(rows, 8), 256, 0, stream>>>(att, rows, T);
     CUDA_CHECK_LAST();
-    pv_kernel<<<grid, kThreads, sizeof(float) * T, stream>>>(out, att, v, p, s, key, T, NH, HS);
+    pv_kernel<<<grid, kThreads, smem_floats(T), stream>>>(out, att, v, p, s, key, T, NH, HS);
     CUDA_CHECK_LAST();
 }
 
@@ -717,7 +723,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* dS = nullptr;  // (B, NH, T, T) scratch: the gradient of the scores
     if (dq || dk) {
         CUDA_CHECK(cudaMallocAsync(&dS, sizeof(float) * (size_t)B * NH * T * T, stream));
-        dscores_kernel<<<grid, kThreads, sizeof(float) * HS, stream>>>(dS, dout, att, v, p, s, key, T, NH, HS, scale);
+        dscores_kernel<<<grid, kThreads, smem_floats(HS), stream>>>(dS, dout, att, v, p, s, key, T, NH, HS, scale);
         CUDA_CHECK_LAST();
     }
     if (dq) {
@@ -725,7 +731,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         CUDA_CHECK_LAST();
     }
     if (dk || dv) {
-        dkdv_kernel<<<grid, kThreads, sizeof(float) * 2 * T, stream>>>(dk, dv, dS, att, q, dout, p, s, key, T, NH, HS);
+        dkdv_kernel<<<grid, kThreads, smem_floats(2 * T), stream>>>(dk, dv, dS, att, q, dout, p, s, key, T, NH, HS);
         CUDA_CHECK_LAST();
     }
     if (dS) CUDA_CHECK(cudaFreeAsync(dS, stream));

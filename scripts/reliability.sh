@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/reliability.sh — writes docs/reliability.md (generated, never typed): the figures of the
 # crash-safety tests (kills at every filesystem call of a save, corrupted files), the watchdog and
-# signal tests, the cost of sealing a checkpoint (SHA-256 against sha256sum on the same files,
+# signal tests, the hostile-directory tests and JSON parse time against size, the cost of sealing a checkpoint (SHA-256 against sha256sum on the same files,
 # and against the whole save), and the fuzzing table of scripts/fuzz.sh.
 #   usage: scripts/reliability.sh [fuzz-seconds-per-target]     (default 60; 0 skips fuzzing)
 # Uses build/ (made by scripts/test.sh); builds what it needs there.
@@ -14,7 +14,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
 cmake --build "$B" -j"$(nproc)" --target pipetrain test_crash_safety test_lifecycle test_watchdog test_interrupt \
-    pt_kill_shim >/dev/null || exit 1
+    test_hostile bench_json pt_kill_shim >/dev/null || exit 1
 
 # messages TEST: the MESSAGE lines a doctest binary printed, without doctest's framing
 messages() { "$B/$1" 2>&1 | tee "$TMP/$1.log" | sed -nE 's/^.*: MESSAGE: (.*)$/\1/p'; }
@@ -30,6 +30,13 @@ messages test_watchdog >/dev/null
 WATCH_STATUS=$(status test_watchdog)
 messages test_interrupt >/dev/null
 SIG_STATUS=$(status test_interrupt)
+
+echo "reliability: hostile directories, JSON parse time" >&2
+HOSTILE=$(messages test_hostile)
+HOSTILE_STATUS=$(status test_hostile)
+HOSTILE_CASES=$(grep -c '^TEST_CASE' tests/test_hostile.cpp)
+HOSTILE_SUBCASES=$(grep -c 'SUBCASE(' tests/test_hostile.cpp)
+JSON_TABLE=$("$B/bench_json" 100 2>&1)
 
 echo "reliability: sealing cost" >&2
 # A save of the small preset's checkpoint: the trainer prints its size, its time and the hashing.
@@ -102,6 +109,31 @@ $LIFE_STATUS
 - \`build/test_interrupt\`: SIGINT and SIGTERM finish the step, save \`checkpoint-N\`, exit 130 / 143, and the
   printed continue command gives the uninterrupted run's bits; a second signal quits at once and
   leaves every checkpoint whole. $SIG_STATUS
+
+## Hostile directories
+
+\`build/test_hostile\` (tests/test_hostile.cpp, $HOSTILE_CASES cases, $HOSTILE_SUBCASES of them split into
+sub-cases; every command under \`timeout 30\`, so a hang fails instead of hanging): a FIFO as
+\`config.json\` and \`trainer_state.json\`, \`model.safetensors\` linked to \`/dev/zero\`, a FIFO \`vocab.txt\` in a
+sealed directory (inspect, eval, fill-mask, train --resume, with and without --no-verify): each
+refused at once, \`PATH: not a regular file\`; a shard linked to \`/etc/passwd\` and to another run's shard,
+sealed and with --no-verify: refused as a link outside the directory, no byte of it printed; a
+link inside the directory and Hugging Face's cache layout (\`snapshots/REV -> ../../blobs\`) load;
+symbolic links planted at \`metrics.jsonl\` and \`schedule.json\` (fresh run and --resume): replaced, their
+targets untouched; a checkpoint without its manifest (and with a shard swapped in from another
+run) refused by name, loaded with --no-verify; bytes that are not UTF-8 and control characters
+escaped in messages. The two processes of \`mpirun -np 2\` exit 130 / 143 when one of them gets the
+signal (tests/test_mpi_train.cpp). $HOSTILE_STATUS
+
+$(sed 's/^/    /' <<<"$HOSTILE")
+
+JSON parse time against size (\`build/bench_json 100\`): safetensors headers of N one-float tensors, all
+siblings (the shape that made the old depth-limiting callback parser quadratic: a 640 KB
+config.json took 15-19 s, a 12 MB header more than 40 s). The peer is the JSON library's own
+parser on the same text, without pipetrain's checks; the last column is pipetrain's whole header
+check (depth, duplicate keys, every entry's dtype, shape and offsets) over the peer's time.
+
+$JSON_TABLE
 
 ## The cost of sealing a checkpoint
 

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "model_diff.hpp"
 #include "mpi_util.hpp"
 #include "process_util.hpp"
+#include "src/formats/lifecycle.hpp"
 #include "src/mpi_comm.hpp"
 
 namespace fs = std::filesystem;
@@ -204,6 +206,33 @@ void committed_whole(const std::string& out, int* count) {
 }
 
 }  // namespace
+
+TEST_CASE("a SIGINT or SIGTERM that reaches one rank: every rank saves, and every rank exits 130 / 143") {
+    // Each rank's own exit code, from a wrapper around it; the job's from mpirun.
+    const std::string dir = test::temp_dir("mpi_signal"), wrap = dir + "/rank.sh";
+    std::ofstream(wrap) << "\"$@\"; rc=$?; echo \"rank $OMPI_COMM_WORLD_RANK exit $rc\"; exit $rc\n";
+    for (auto [sig, code] : {std::pair{SIGTERM, 143}, {SIGINT, 130}}) {
+        CAPTURE(sig);
+        const std::string out = dir + "/out" + std::to_string(sig);
+        std::string cmd = std::string(PT_SOURCE_DIR) + "/scripts/mpirun.sh 2 bash " + wrap + " " + PT_CLI + " train " +
+                          common(2, 2000) + " --micro-batches 2 --save-every 1000 --comm mpi --out " + out;
+        test::Child job = test::Child::exec({"timeout", "-k", "5", "120", "bash", "-c", cmd});
+        REQUIRE_MESSAGE(job.wait_for("step 3/", 60), job.out);
+        // Rank 1's pipetrain (not its wrapper): the process whose command line starts with it.
+        Run pid = test::run_command(std::string("for p in $(pgrep -f '^") + PT_CLI + " train .*" + out + "'); do "
+                                    "tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && echo $p; done");
+        REQUIRE_MESSAGE(std::atoi(pid.out.c_str()) > 0, pid.out);
+        ::kill(std::atoi(pid.out.c_str()), sig);
+        REQUIRE_MESSAGE(job.wait_exit(90), job.out);
+        INFO(job.out);
+        CHECK(job.out.find("rank 0 exit " + std::to_string(code)) != std::string::npos);   // was 128: rank 0 saw no signal
+        CHECK(job.out.find("rank 1 exit " + std::to_string(code)) != std::string::npos);
+        CHECK(job.exit_code() == code);
+        const std::string stopped = test::value_after(job.out, "interrupted at step ");
+        REQUIRE(!stopped.empty());
+        CHECK(fs::exists(out + "/checkpoint-" + std::to_string(std::atoi(stopped.c_str())) + "/" + pt::kManifest));   // the step it stopped after
+    }
+}
 
 TEST_CASE("a rank killed or failing mid-run ends every process within the timeout, naming it") {
     const double timeout = 5;

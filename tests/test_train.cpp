@@ -416,7 +416,8 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset nope --data " + kSample, "--preset"},
         {"train --preset tiny --data /no/such/file.txt", "/no/such/file.txt"},
         {"train --preset tiny --data " + fixture("tokenizer/invalid_utf8.bin"), "invalid_utf8.bin line 2: invalid UTF-8"},
-        {"train --preset tiny --data /dev/null", "/dev/null: no words to build a vocabulary from"},
+        {"train --preset tiny --data /dev/null", "/dev/null: not a regular file"},   // a device: never read
+        {"train --preset tiny --data " + fixture("text/empty.txt"), "empty.txt: no words to build a vocabulary from"},
         {"train --preset tiny --data " + kSample + " --steps many", "--steps"},
         {"train --preset tiny --data " + kSample + " --objective gpt", "--objective"},
         {"train --preset tiny --data " + kSample + " --schedule fast", "--schedule"},

@@ -1,12 +1,13 @@
 // pipetrain — the command line. Each subcommand lives next to the code it drives.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "src/formats/lifecycle.hpp"
 #include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
 #include "src/formats/checkpoint.hpp"
@@ -64,6 +65,9 @@ const char* kUsage =
     "             --schedules gpipe,1f1b --chunks 2 --steps 10 --reps 5\n"
     "  bench-gemm [--shapes MxNxK:nn,...] [--threads T] [--seconds S] [--kernel best|all|plain|avx2|avx512]\n"
     "             GFLOP/s of the CPU GEMM; defaults: --shapes 1024x1024x1024:nn --threads 1 --seconds 0.5 --kernel best\n"
+    "any command: --no-verify loads model and checkpoint directories without checking their manifest\n"
+    "             (pipetrain_manifest.json: each file's size and SHA-256); a checkpoint (trainer_state.json)\n"
+    "             without one is refused unless it is given\n"
     "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command;\n"
     "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best)\n";
 
@@ -133,6 +137,8 @@ int main(int argc, char** argv) {
     }
     std::string cmd = argv[1];
     std::vector<std::string> args(argv + 2, argv + argc);
+    auto no_verify = std::find(args.begin(), args.end(), "--no-verify");
+    if (no_verify != args.end()) pt::set_verify_manifests(false), args.erase(no_verify);
     for (const std::string& a : args)
         if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("%s", usage_of(cmd).c_str()), 0;
     try {

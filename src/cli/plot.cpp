@@ -8,6 +8,7 @@
 //                   noise cost the time. Without a trace, only the simulation, with unit costs.
 //                   Transfers are hatched, waiting for a peer left blank like idle time.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,7 +69,8 @@ nlohmann::json record_json(const StepRecord& r) {
 // would lose.
 void MetricsLog::open(const std::string& path, bool resume, int start_step) {
     path_ = path;
-    if (resume && std::filesystem::exists(path)) {   // the lines up to the checkpoint's step
+    struct stat st;   // a symbolic link planted there is not our log: neither read nor followed
+    if (resume && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {   // the lines up to the checkpoint's step
         std::string kept;
         for (const std::string& line : read_lines(path)) {
             nlohmann::json j = nlohmann::json::parse(line, nullptr, false);   // a torn last line is dropped
@@ -77,8 +79,7 @@ void MetricsLog::open(const std::string& path, bool resume, int start_step) {
         }
         write_file_atomic(path, kept);
     }
-    f_ = std::fopen(path.c_str(), resume ? "a" : "w");
-    if (!f_) fail(path, "cannot open for appending", errno);
+    f_ = open_output(path, resume);
 }
 
 void MetricsLog::append(const StepRecord& r) {
@@ -122,8 +123,7 @@ void write_schedule_json(const std::string& path, const std::string& name, const
     // Written in place, as the metrics log is (see MetricsLog::open): a kill may leave it short,
     // which plot refuses by name and the next run rewrites.
     std::string text = j.dump(1) + "\n";
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) fail(path, "cannot create", errno);
+    std::FILE* f = open_output(path, false);
     bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
     if ((std::fclose(f) != 0) | !ok) fail(path, "cannot write", errno);
 }

@@ -138,6 +138,7 @@ struct TrainRun : TrainFlags {
     StepRecord record;
     // ----
     std::atomic<int> stopped_at{0};                    // a signal stopped the run after this step (0: none did)
+    std::atomic<int> stop_signal{0};                   // the signal all ranks agreed on (0: none; see step_slots)
     Clock::time_point origin = Clock::now();
     st::Writer grads_dump;
 };

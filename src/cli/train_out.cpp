@@ -296,7 +296,7 @@ void save_final_model(TrainRun& w, pp::Comm& comm, int rank) {
         set_device(Device{});
         save_model_dir(w.out, s.cfg, s.vocab, layers, w.save_format);
         // After the last step a signal skips only the evaluation: the run is complete.
-        if (!interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal);
+        if (!w.stop_signal && !interrupt_signal()) w.final_eval = evaluate(layers, s.eval, s.objective == Objective::causal);
         if (w.steps > w.start_step) log_eval(w, w.final_eval), w.metrics.append(w.record);   // the last step's line, with it
     }
     comm.barrier();   // rank 0 has read the other ranks of its process

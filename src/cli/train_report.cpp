@@ -130,7 +130,7 @@ void print_banner(const TrainRun& w, const Setup& s, Args& a) {
 
 // After the run, on every process: rank 0 writes the trace and --dump-grads and prints the end.
 int finish(TrainRun& w, const Setup& s, Args& a, const std::vector<std::string>& argv, const std::string& program, double secs) {
-    if (!w.root) return w.stopped_at > 0 ? interrupt_exit_code(interrupt_signal()) : 0;
+    if (!w.root) return w.stop_signal ? interrupt_exit_code(w.stop_signal) : 0;
     if (!w.dump_grads.empty()) w.grads_dump.write(w.dump_grads);   // step 1 did run
     if (w.stopped_at > 0) {
         // The checkpoint is the result. OUT/model.safetensors is not written: next to the config it
@@ -139,7 +139,7 @@ int finish(TrainRun& w, const Setup& s, Args& a, const std::vector<std::string>&
         std::string ckpt = w.out + "/checkpoint-" + std::to_string(w.stopped_at);
         std::fprintf(stderr, "interrupted at step %d: continue with %s\n", w.stopped_at.load(),
                      continue_command(program, argv, ckpt).c_str());
-        return interrupt_exit_code(interrupt_signal());
+        return interrupt_exit_code(w.stop_signal);
     }
     if (w.trace) {   // the last step of every rank (replica d's ranks are d*P .. d*P+P-1), from 0
         double first = 1e300;
@@ -165,7 +165,7 @@ int finish(TrainRun& w, const Setup& s, Args& a, const std::vector<std::string>&
         std::printf("last step, per rank:\n%s", rank_time_report(w.record.ranks).c_str());
         std::printf("%s", bubble_report(w, s.cfg.num_hidden_layers, a).c_str());
     }
-    if (int sig = interrupt_signal()) {   // after the last step: the run is complete, only the evaluation is skipped
+    if (int sig = w.stop_signal) {   // after the last step: the run is complete, only the evaluation is skipped
         std::fflush(stdout);
         std::fprintf(stderr, "interrupted after the last step: %s holds the finished model; no final evaluation\n", w.out.c_str());
         return interrupt_exit_code(sig);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -105,6 +106,13 @@ Batch batch_of_step(const Setup& s, int step) {
     return make_batch(s.train, step, s.B, s.objective, s.special, s.seed);
 }
 
+// slots[0]: the ranks' signals, summed (a SIGINT counts 1, a SIGTERM this much: more than ranks).
+constexpr double kTermWeight = 1 << 20;
+// The signal that stops every rank, whichever ranks saw which: SIGTERM when any rank had one (a
+// scheduler ending the job), else SIGINT. Every rank exits 128 + it (130 or 143).
+int agreed_signal(double sum) { return sum >= kTermWeight ? SIGTERM : SIGINT; }
+double signal_weight() { return interrupt_signal() == SIGTERM ? kTermWeight : interrupt_signal() ? 1.0 : 0.0; }
+
 // What a rank adds to the step's loss reduction: whether a signal asked it to stop
 // (src/cli/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
 // step line in its own kSlots slots (zero in every other rank's, so the sum is each rank's own
@@ -113,7 +121,9 @@ Batch batch_of_step(const Setup& s, int step) {
 std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span,
                                const TransformerStage& stage) {
     std::vector<double> slots(1 + kSlots * size_t(ranks), 0.0);
-    slots[0] = interrupt_signal() ? 1.0 : 0.0;
+    // Summed over the ranks: a SIGINT counts 1, a SIGTERM kTermWeight, so every rank can tell from
+    // the sum which signals arrived anywhere, and all exit with the same code (agreed_signal).
+    slots[0] = signal_weight();
     double* k = &slots[1 + kSlots * size_t(rank)];
     for (const pp::Event& e : timeline) {
         if (!e.comm) k[0] += e.end - e.start;
@@ -185,6 +195,7 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
         std::vector<double> slots;
         StepOutcome o = take_step(w, pipe, comm, stage, opt, at, global, step, lr, slots);
         check_divergence(w, step, targets ? o.loss_sum / double(targets) : 0.0, diverging);
+        if (slots[0] > 0) w.stop_signal = agreed_signal(slots[0]);
         bool stop = slots[0] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
         bool eval_now = w.eval_every > 0 && (step + 1) % w.eval_every == 0 && step + 1 < w.steps;
         bool save_now = stop || (w.save_every > 0 && ((step + 1) % w.save_every == 0 || step + 1 == w.steps));
@@ -212,6 +223,11 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
     synchronize();
     if (w.trace) gather_trace(w, comm, rank, pipe.timeline());
     if (!w.stopped_at) save_final_model(w, comm, rank);
+    // A signal after the last step's reduction (during the final save) may have reached only
+    // some ranks: agree once more, so that every rank exits with the same code.
+    double last = signal_weight();
+    comm.allreduce_sum(&last, 1, at.everyone());
+    if (last > 0) w.stop_signal = agreed_signal(last);
 }
 
 }  // namespace

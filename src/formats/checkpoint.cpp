@@ -202,6 +202,7 @@ std::vector<st::File> read_tensor_files(const std::string& dir, const std::strin
     }
     for (auto& [shard, f] : shards) {
         std::string path = dir + "/" + shard;
+        check_inside(dir, shard);
         if (!fs::exists(path)) fail(index, "shard " + shard + " not found in " + dir);
         f = st::read(path);
     }

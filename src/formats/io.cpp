@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
@@ -24,41 +26,70 @@ struct Fd {   // closes on scope exit, so every early throw releases the descrip
 void fail(const std::string& path, const std::string& what, int err) {
     std::string msg = path + ": " + what + (err ? std::string(": ") + std::strerror(err) : "");
     if (msg.size() > 1000) msg = msg.substr(0, 1000) + "...";
-    for (char& c : msg)
-        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    throw std::runtime_error(msg);
+    throw std::runtime_error(printable(msg));
 }
 
-std::string read_file(const std::string& path) {
-    Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (in.fd < 0) fail(path, "cannot open", errno);
-    struct stat st;
-    if (::fstat(in.fd, &st) != 0) fail(path, "cannot stat", errno);
-    if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a file", 0);
-    // A pipe or a terminal ends when its writer is done; /dev/zero never does, so what is not a
-    // regular file is read up to a bound.
-    const size_t limit = S_ISREG(st.st_mode) ? SIZE_MAX : size_t(256) << 20;
-    std::string data;
-    char buf[1 << 16];
-    for (;;) {
-        ssize_t n = ::read(in.fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) fail(path, "cannot read", errno);
-        if (n == 0) return data;
-        data.append(buf, size_t(n));
-        if (data.size() > limit) fail(path, "more than 256 MiB from a pipe or a device (use a regular file)", 0);
+namespace {
+// The length of the valid UTF-8 sequence at s[i] (1-4), or 0: no overlong forms, no surrogates,
+// nothing above U+10FFFF.
+size_t utf8_length(std::string_view s, size_t i) {
+    const auto at = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+    const unsigned c = at(i);
+    if (c < 0x80) return 1;
+    const size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    if (n == 0 || c > 0xF4) return 0;
+    for (size_t k = 1; k < n; k++)
+        if ((at(i + k) & 0xC0) != 0x80) return 0;
+    const unsigned c1 = at(i + 1);
+    if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90))
+        return 0;   // overlong, a surrogate, or past U+10FFFF
+    return n;
+}
+}  // namespace
+
+std::string printable(std::string_view text) {
+    std::string out;
+    char hex[8];
+    for (size_t i = 0; i < text.size();) {
+        const size_t n = utf8_length(text, i);
+        const unsigned c = static_cast<unsigned char>(text[i]);
+        const bool control = n == 1 ? (c < 0x20 || c == 0x7F) : n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
+        if (n == 0 || control) {   // the bytes themselves, each as \xNN
+            for (size_t k = 0; k < std::max<size_t>(n, 1); k++)
+                std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(text[i + k])), out += hex;
+            i += std::max<size_t>(n, 1);
+        } else {
+            out.append(text.substr(i, n)), i += n;
+        }
     }
+    return out;
 }
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-    Fd in{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};   // a FIFO fails below, not here
-    if (in.fd < 0) fail(path, "cannot open", errno);
+int open_regular(const std::string& path, uint64_t* size) {
+    // O_NONBLOCK: opening a FIFO without a writer returns at once instead of waiting for one.
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) fail(path, "cannot open", errno);
+    Fd guard{fd};
     struct stat st;
-    if (::fstat(in.fd, &st) != 0) fail(path, "cannot stat", errno);
+    if (::fstat(fd, &st) != 0) fail(path, "cannot stat", errno);
+    if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a file", 0);
     if (!S_ISREG(st.st_mode)) fail(path, "not a regular file", 0);
-    std::vector<uint8_t> bytes(size_t(st.st_size));
+    int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) fail(path, "cannot read", errno);
+    if (size) *size = uint64_t(st.st_size);
+    guard.fd = -1;
+    return fd;
+}
+
+namespace {
+template <typename Bytes>
+Bytes read_regular(const std::string& path) {
+    uint64_t size = 0;
+    Fd in{open_regular(path, &size)};
+    if (size > SIZE_MAX / 2) fail(path, "too large to read (" + std::to_string(size) + " bytes)", 0);
+    Bytes bytes(size_t(size), 0);
     for (size_t done = 0; done < bytes.size();) {
-        ssize_t got = ::read(in.fd, bytes.data() + done, bytes.size() - done);
+        ssize_t got = ::read(in.fd, reinterpret_cast<char*>(&bytes[0]) + done, bytes.size() - done);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) fail(path, "cannot read", errno);
         if (got == 0)
@@ -67,6 +98,52 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
         done += size_t(got);
     }
     return bytes;
+}
+}  // namespace
+
+std::string read_file(const std::string& path) { return read_regular<std::string>(path); }
+std::vector<uint8_t> read_bytes(const std::string& path) { return read_regular<std::vector<uint8_t>>(path); }
+
+namespace {
+bool inside(const std::filesystem::path& p, const std::filesystem::path& root) {
+    auto r = root.begin(), q = p.begin();
+    for (; r != root.end(); ++r, ++q)
+        if (q == p.end() || *q != *r) return false;
+    return true;
+}
+}  // namespace
+
+void check_inside(const std::string& dir, const std::string& name) {
+    namespace fs = std::filesystem;
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return;   // missing: the caller says so
+    std::error_code ec;
+    const fs::path target = fs::canonical(path, ec);
+    if (ec) fail(path, "a symbolic link that leads nowhere (" + ec.message() + ")");
+    const fs::path root = fs::canonical(dir, ec);
+    if (ec) fail(dir, "cannot resolve the directory (" + ec.message() + ")");
+    if (inside(target, root)) return;
+    if (root.parent_path().filename() == "snapshots" && inside(target, root.parent_path().parent_path() / "blobs"))
+        return;   // ~/.cache/huggingface/hub/models--X/snapshots/REV/NAME -> ../../blobs/SHA
+    fail(path, "a symbolic link to " + target.string() + ", outside " + dir +
+                   " (a file its index or manifest names must be inside it)");
+}
+
+std::FILE* open_output(const std::string& path, bool append) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && ::unlink(path.c_str()) != 0)
+        fail(path, "cannot remove the symbolic link there", errno);
+    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC);
+    int fd = ::open(path.c_str(), flags, 0666);
+    if (fd < 0) fail(path, append ? "cannot open for appending" : "cannot create", errno);
+    std::FILE* f = ::fdopen(fd, append ? "a" : "w");
+    if (!f) {
+        int err = errno;
+        ::close(fd);
+        fail(path, "cannot open", err);
+    }
+    return f;
 }
 
 std::vector<std::string> split(std::string_view s, char sep) {
@@ -120,7 +197,8 @@ void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chun
         ::unlink(tmp.c_str());
         fail(path, what, err);
     };
-    Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)};
+    ::unlink(tmp.c_str());   // a leftover (or a planted link) of that name: ours is made fresh, never followed
+    Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)};
     if (out.fd < 0) fail_io("cannot create temporary file " + tmp, errno);
     for (const auto& [data, size] : chunks) {
         const char* p = static_cast<const char*>(data);

@@ -1,6 +1,7 @@
 // src/formats/io.hpp — whole-file reads and atomic writes, with one-line errors naming the file.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -8,15 +9,20 @@
 
 namespace pt {
 
-// Throws std::runtime_error("<path>: <what>[: strerror(err)]"), cut to 1000 characters and with
-// control characters made spaces: one line, whatever the path or a quoted file content holds.
+// Throws std::runtime_error("<path>: <what>[: strerror(err)]"), cut to 1000 characters and
+// printable(): one line of valid UTF-8, whatever the path or a quoted file content holds.
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err = 0);
+// text with every byte that is not part of valid UTF-8, and every control character (C0, DEL,
+// C1), written as \xNN: safe to print on a terminal, and on one line.
+std::string printable(std::string_view text);
 
-// A file's bytes; a directory is an error, and so are more than 256 MiB from a pipe or a
-// device (/dev/zero never ends).
+// A descriptor open for reading on a regular file, or fail(path, "not a regular file"): a FIFO,
+// a device (/dev/zero never ends) or a socket is refused before a byte is read, so no loader
+// waits on one. A directory fails with "is a directory, expected a file". The caller closes it.
+int open_regular(const std::string& path, uint64_t* size = nullptr);
+// A regular file's bytes (open_regular), read into a buffer of its size; a file that shrinks
+// while it is read is an error.
 std::string read_file(const std::string& path);
-// A regular file's bytes, read into a buffer of its size; a FIFO or a directory is an error
-// (not a hang), and so is a file that shrinks while it is read.
 std::vector<uint8_t> read_bytes(const std::string& path);
 // Lines separated by LF only (CR, VT, U+2028 … belong to a line); a final line without LF
 // counts, a trailing LF does not start another one.
@@ -26,6 +32,14 @@ std::vector<std::string> read_lines(const std::string& path);
 // told now (not a directory, its directory exists). Throws "<flag>: <path>: <what>".
 void check_output_path(const std::string& path, const std::string& flag);   // and that its directory is writable
 void check_writable_dir(const std::string& dir, const std::string& flag);   // makes and removes a file there
+// dir/name, where name is a plain file name a directory's index or manifest lists: refused
+// (fail(dir/name, ...)) when it is a symbolic link whose target lies outside dir, or leads
+// nowhere, so that no loader reads, or prints a byte of, a file that is not the directory's.
+// One exception: Hugging Face's cache, whose snapshots/REV/NAME links point at ../../blobs/.
+void check_inside(const std::string& dir, const std::string& name);
+// Opens path for writing (appending, or truncated), creating it: a symbolic link planted there is
+// never followed (it is removed first, and O_NOFOLLOW refuses one put back in between).
+std::FILE* open_output(const std::string& path, bool append);
 // Every field between separators, empty ones included: "a,,b," is {"a", "", "b", ""}.
 std::vector<std::string> split(std::string_view s, char sep);
 

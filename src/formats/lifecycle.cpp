@@ -75,6 +75,7 @@ void check_files(const std::string& dir, const std::vector<ManifestEntry>& files
     for (const ManifestEntry& e : files) {
         std::string path = dir + "/" + e.name;
         if (!exists(path)) fail(path, std::string("missing, though ") + kManifest + " lists it");
+        check_inside(dir, e.name);
         uint64_t size = 0;
         std::string hash = sha256_file(path, &size);
         if (size != e.size)
@@ -142,6 +143,12 @@ std::vector<ManifestEntry> read_manifest(const std::string& dir) {
     return out;
 }
 
+namespace {
+std::atomic<bool> g_verify{true};
+}  // namespace
+
+void set_verify_manifests(bool on) { g_verify = on; }
+
 void verify_dir(const std::string& dir) {
     std::string name = name_of(dir);
     if (starts_with(name, kStaging) || starts_with(name, kTrash) || name == kSaving)
@@ -150,7 +157,19 @@ void verify_dir(const std::string& dir) {
     if (exists(dir + "/" + kSaving + "/" + kManifest))
         fail(dir, std::string("its last save was interrupted (") + kSaving +
                       " holds the new model): the next pipetrain train --out " + dir + " finishes it");
+    if (!g_verify) {
+        static std::mutex said_mu;
+        static std::set<std::string> said;
+        std::lock_guard<std::mutex> lock(said_mu);
+        if (said.insert(dir).second) std::fprintf(stderr, "--no-verify: %s loaded without checking its manifest\n", printable(dir).c_str());
+        return;
+    }
     std::vector<ManifestEntry> files = read_manifest(dir);
+    // Without a manifest, nothing proves that a checkpoint's files belong together (shards of
+    // another checkpoint swapped in would load): pipetrain seals every checkpoint it writes.
+    if (files.empty() && exists(dir + "/trainer_state.json"))
+        fail(dir + "/" + kManifest, "missing: " + dir + " is a pipetrain checkpoint (it has trainer_state.json), which "
+                                    "pipetrain always seals; pass --no-verify to load it unchecked");
     if (files.empty()) return;   // another tool's directory: nothing to check
     // Each directory is hashed once per process (--resume reads trainer_state.json, then the
     // model), unless a file changed since: the key holds every file's size and time of change.

@@ -36,8 +36,12 @@ uint64_t seal_dir(const std::string& dir, double* seconds = nullptr);
 std::vector<ManifestEntry> read_manifest(const std::string& dir);
 // The loaders' check: refuses a staging or trash directory, a directory whose final save was
 // interrupted, and any file that differs from the manifest (missing, other size, other hash),
-// naming it. Without a manifest it checks nothing. Each directory is hashed once per process.
+// naming it. A directory without a manifest loads as it is (another tool's), except a checkpoint
+// (it has trainer_state.json: pipetrain seals every one), which is refused naming the manifest.
+// Each directory is hashed once per process.
 void verify_dir(const std::string& dir);
+// --no-verify: verify_dir checks no manifest (present or missing), and says so once per directory.
+void set_verify_manifests(bool on);
 
 // A fresh, empty OUT/.tmp-NAME for target OUT/NAME (a leftover one is removed first).
 std::string stage_dir(const std::string& target);

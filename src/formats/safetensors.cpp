@@ -62,30 +62,22 @@ bool is_count(const json& v) {  // a JSON integer >= 0 (nlohmann reads "-0" as s
 }
 
 // nlohmann::json keeps the last of two equal keys; a checkpoint whose header names a
-// tensor twice must be rejected instead, so the parser callback records every key.
+// tensor twice must be rejected instead, so a first pass (check_json) records every key.
 json parse_header(const std::string& path, const uint8_t* first, const uint8_t* last) {
-    std::vector<std::set<std::string>> open_objects;  // keys seen, per enclosing object
-    std::string duplicate;
-    auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-        bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
-        if (opens && depth >= kMaxJsonDepth)   // a header is two levels deep; nothing may recurse this far
-            fail(path, "header is not valid JSON (nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
-        if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-        if (event == json::parse_event_t::object_end) open_objects.pop_back();
-        if (event == json::parse_event_t::key && duplicate.empty() &&
-            !open_objects.back().insert(parsed.get<std::string>()).second)
-            duplicate = parsed.get<std::string>();
-        return true;
-    };
+    const char* begin = reinterpret_cast<const char*>(first);
+    const char* end = reinterpret_cast<const char*>(last);
+    JsonShape shape = check_json(begin, end, true);
+    if (shape.too_deep)   // a header is two levels deep; nothing may recurse this far
+        fail(path, "header is not valid JSON (nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
     json header;
     try {
-        header = json::parse(first, last, on_event);
+        header = json::parse(begin, end);
     } catch (const json::exception& e) {
         const std::string what = e.what();
         const size_t tag_end = what.find("] ");  // drop the "[json.exception.parse_error.101] " tag
         fail(path, "header is not valid JSON: " + what.substr(tag_end == std::string::npos ? 0 : tag_end + 2));
     }
-    if (!duplicate.empty()) fail(path, "duplicate key '" + duplicate + "' in header");
+    if (!shape.duplicate.empty()) fail(path, "duplicate key '" + shape.duplicate + "' in header");
     return header;
 }
 

@@ -142,8 +142,7 @@ std::string Sha256::hex() {
 }
 
 std::string sha256_file(const std::string& path, uint64_t* size) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, "cannot open", errno);
+    int fd = open_regular(path);   // a FIFO or /dev/zero is refused, not hashed forever
     Sha256 h;
     std::vector<char> buf(1 << 20);
     uint64_t total = 0;

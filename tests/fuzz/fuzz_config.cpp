@@ -1,4 +1,4 @@
-// fuzz: max_len=4096 seeds=ernie/*/config.json ernie/*/*/config.json bad/*.json bad/*/config.json dict=config.dict
+// fuzz: max_len=1048576 seeds=ernie/*/config.json ernie/*/*/config.json bad/*.json bad/*/config.json dict=config.dict
 // config.json and PaddleNLP's model_config.json ({"init_args": [...]}, tests/fuzz/seeds/config/)
 // through pt::ModelConfig::from_json_string. An accepted config must pass check() and read back
 // the same from what config_to_json() writes (what a saved checkpoint will hold).

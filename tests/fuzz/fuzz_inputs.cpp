@@ -1,4 +1,4 @@
-// fuzz: max_len=16384 seeds=ernie/*/inputs.safetensors bad/valid_edge_cases.safetensors dict=safetensors.dict
+// fuzz: max_len=4194304 seeds=ernie/*/inputs.safetensors bad/valid_edge_cases.safetensors dict=safetensors.dict
 // The --inputs loader (pt::load_inputs: a fixed batch of I64 tensors from a safetensors file)
 // for both objectives. An accepted batch must keep data.hpp's promise: every array is B*T long.
 #include "tests/fuzz/fuzz_util.hpp"

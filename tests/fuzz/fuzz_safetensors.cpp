@@ -1,4 +1,4 @@
-// fuzz: max_len=16384 seeds=bad/*.safetensors ernie/*/inputs.safetensors dict=safetensors.dict
+// fuzz: max_len=4194304 seeds=bad/*.safetensors ernie/*/inputs.safetensors dict=safetensors.dict
 // The safetensors reader on bytes in memory (pt::st::parse), then every tensor converted the way
 // the loaders use it: to_f32 (weights) and to_i64 (inputs), each accepted or rejected alone.
 // What the reader accepts, the writer must write back (a checkpoint re-saves what it loaded),

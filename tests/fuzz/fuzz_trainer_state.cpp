@@ -1,4 +1,4 @@
-// fuzz: max_len=2048 dict=config.dict
+// fuzz: max_len=1048576 dict=config.dict
 // trainer_state.json (what --resume reads before anything else) through pt::parse_trainer_state,
 // seeded with one a run wrote (tests/fuzz/seeds/trainer_state/). An accepted state holds only
 // the known keys, a step in [0, 2^30], and reads back the same from its own dump (what

@@ -1,0 +1,62 @@
+// bench_json — JSON parse time against size (issue #31): safetensors headers of 10 KB to 100 MB
+// (N tensors, one object each, all siblings), through pipetrain's readers and, as the peer, the
+// JSON library's plain parser on the same text (no depth or duplicate-key checks). Prints a
+// markdown table; scripts/reliability.sh puts it in docs/reliability.md.
+//   usage: bench_json [max-MB]          (default 100)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "src/formats/json.hpp"
+#include "src/formats/safetensors.hpp"
+
+namespace {
+
+// A safetensors file whose header lists n one-float tensors: (header text, whole file).
+std::pair<std::string, std::vector<uint8_t>> header_of(int n) {
+    std::string h = "{";
+    for (int i = 0; i < n; i++)
+        h += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+             std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+    h += "}";
+    while (h.size() % 8) h += ' ';
+    std::vector<uint8_t> file(8 + h.size() + 4 * size_t(n), 0);
+    for (int b = 0; b < 8; b++) file[b] = uint8_t(uint64_t(h.size()) >> (8 * b));
+    std::copy(h.begin(), h.end(), file.begin() + 8);
+    return {h, file};
+}
+
+template <typename F>
+double seconds(F&& f) {   // the fastest of 3 runs (1 for the largest inputs)
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        auto t0 = std::chrono::steady_clock::now();
+        f();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (best > 2) break;
+    }
+    return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const double max_mb = argc > 1 ? std::atof(argv[1]) : 100;
+    std::printf("| header | tensors | nlohmann::json::parse (peer) | check_json (depth, duplicate keys) | "
+                "pt::parse_json | pt::st::parse (the whole header checked) | st::parse / peer |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (double mb : {0.01, 0.1, 1.0, 10.0, 100.0}) {
+        if (mb > max_mb) break;
+        const int n = int(mb * 1e6 / 68);   // about 68 bytes per entry
+        auto [text, file] = header_of(n);
+        double peer = seconds([&] { (void)nlohmann::json::parse(text); });
+        double check = seconds([&] { (void)pt::check_json(text.data(), text.data() + text.size(), true); });
+        double ours = seconds([&] { (void)pt::parse_json(text, "header"); });
+        double whole = seconds([&] { (void)pt::st::parse("bench.safetensors", file); });
+        std::printf("| %.2f MB | %d | %.4f s | %.4f s | %.4f s | %.4f s | %.2f |\n", text.size() / 1e6, n, peer, check,
+                    ours, whole, whole / peer);
+        std::fflush(stdout);
+    }
+}

@@ -9,24 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "big_header.hpp"
 #include "src/formats/json.hpp"
 #include "src/formats/safetensors.hpp"
 
 namespace {
-
-// A safetensors file whose header lists n one-float tensors: (header text, whole file).
-std::pair<std::string, std::vector<uint8_t>> header_of(int n) {
-    std::string h = "{";
-    for (int i = 0; i < n; i++)
-        h += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
-             std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
-    h += "}";
-    while (h.size() % 8) h += ' ';
-    std::vector<uint8_t> file(8 + h.size() + 4 * size_t(n), 0);
-    for (int b = 0; b < 8; b++) file[b] = uint8_t(uint64_t(h.size()) >> (8 * b));
-    std::copy(h.begin(), h.end(), file.begin() + 8);
-    return {h, file};
-}
 
 template <typename F>
 double seconds(F&& f) {   // the fastest of 3 runs (1 for the largest inputs)
@@ -50,7 +37,7 @@ int main(int argc, char** argv) {
     for (double mb : {0.01, 0.1, 1.0, 10.0, 100.0}) {
         if (mb > max_mb) break;
         const int n = int(mb * 1e6 / 68);   // about 68 bytes per entry
-        auto [text, file] = header_of(n);
+        auto [text, file] = test::many_tensors(n);
         double peer = seconds([&] { (void)nlohmann::json::parse(text); });
         double check = seconds([&] { (void)pt::check_json(text.data(), text.data() + text.size(), true); });
         double ours = seconds([&] { (void)pt::parse_json(text, "header"); });

@@ -37,9 +37,7 @@ LoadedModel load(const std::string& dir, bool causal) {
                                  (causal ? "a masked LM (config.json has no \"is_decoder\": true); generate needs a model "
                                            "trained with --objective causal"
                                          : "a causal LM (config.json has \"is_decoder\": true); fill-mask needs a masked LM"));
-    m.tok = std::make_unique<Tokenizer>(Tokenizer::from_file(dir + "/vocab.txt"));
-    if (int(m.tok->size()) > m.cfg.vocab_size)
-        throw std::runtime_error(dir + "/vocab.txt: more tokens than the model's vocab_size");
+    m.tok = std::make_unique<Tokenizer>(load_tokenizer(dir, m.cfg));
     for (int i = 0; i < num_model_layers(m.cfg); i++) m.owned.push_back(make_layer(m.cfg, i)), m.layers.push_back(m.owned.back().get());
     load_weights(dir, m.layers);
     return m;
@@ -241,7 +239,7 @@ int classify_main(const std::vector<std::string>& argv) {
         throw std::runtime_error(dir + ": not a classifier (config.json has no num_labels); fill-mask or generate read it");
     if (a.has("--file") == !a.positional().empty())
         throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT... | --file F): texts or --file, not both");
-    Tokenizer tok = Tokenizer::from_file(dir + "/vocab.txt");
+    Tokenizer tok = load_tokenizer(dir, cfg);
     std::vector<std::unique_ptr<Layer>> owned;
     std::vector<Layer*> layers;
     for (int i = 0; i < num_model_layers(cfg); i++) owned.push_back(make_layer(cfg, i)), layers.push_back(owned.back().get());

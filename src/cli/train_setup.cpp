@@ -53,8 +53,9 @@ std::unique_ptr<Tokenizer> choose_model(const Args& a, bool training, bool has_d
         s.model_dir = a.has("--resume") ? a.str("--resume") : a.str("--model");
         s.cfg = load_model_config(s.model_dir);
         s.vocab = load_vocab_lines(s.model_dir, s.cfg);
-        if (!s.vocab.empty()) tok = std::make_unique<Tokenizer>(s.vocab, s.model_dir + "/vocab.txt");
-        else if (has_data && !a.has("--dry-run")) throw std::runtime_error(s.model_dir + "/vocab.txt: missing (needed to tokenize --data)");
+        if (!s.vocab.empty()) tok = std::make_unique<Tokenizer>(s.vocab, vocab_file(s.model_dir));
+        else if (has_data && !a.has("--dry-run"))
+            throw std::runtime_error(s.model_dir + "/vocab.txt: missing, and no tokenizer.json (needed to tokenize --data)");
     } else {
         if (!training) throw std::runtime_error("--model: required");
         if (a.has("--vocab-size") && !has_data)

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/formats/io.hpp"
+#include "src/formats/tokenizer_json.hpp"
 #include "src/formats/json.hpp"
 #include "src/formats/lifecycle.hpp"
 #include "src/formats/tokenizer.hpp"
@@ -264,6 +265,11 @@ void write_model_info(const std::string& dir, const ModelConfig& cfg, const std:
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
     write_file_atomic(dir + "/config.json", config_to_json(cfg));
     write_file_atomic(dir + "/vocab.txt", vocab);
+    // The same vocabulary for Hugging Face's fast tokenizers and transformers.js.
+    TokenizerFiles t = tokenizer_files(vocab_lines, cfg.max_position_embeddings);
+    write_file_atomic(dir + "/tokenizer.json", t.tokenizer_json);
+    write_file_atomic(dir + "/tokenizer_config.json", t.tokenizer_config_json);
+    write_file_atomic(dir + "/special_tokens_map.json", t.special_tokens_map_json);
 }
 
 void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
@@ -315,16 +321,30 @@ ModelConfig load_model_config(const std::string& dir) {
     fail(dir, "no config.json (or PaddleNLP model_config.json)");
 }
 
+std::string vocab_file(const std::string& dir) {
+    for (const char* name : {"/vocab.txt", "/tokenizer.json"})
+        if (fs::exists(dir + name)) return dir + name;
+    return "";
+}
+
 std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg) {
-    std::string path = dir + "/vocab.txt";
-    if (!fs::exists(path)) return {};
-    Tokenizer tok = Tokenizer::from_file(path);
+    std::string path = vocab_file(dir);
+    if (path.empty()) return {};
+    Tokenizer tok = path.size() > 15 && path.compare(path.size() - 15, 15, "/tokenizer.json") == 0
+                        ? Tokenizer(vocab_from_tokenizer_json(path), path)
+                        : Tokenizer::from_file(path);
     if (tok.size() > size_t(cfg.vocab_size))
         fail(path, std::to_string(tok.size()) + " tokens but the model's vocab_size is " +
                        std::to_string(cfg.vocab_size) + " (more tokens than embedding rows)");
     std::vector<std::string> lines;
     for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
     return lines;
+}
+
+Tokenizer load_tokenizer(const std::string& dir, const ModelConfig& cfg) {
+    std::vector<std::string> lines = load_vocab_lines(dir, cfg);
+    if (lines.empty()) fail(dir + "/vocab.txt", "missing (and no tokenizer.json): text cannot be tokenized for this model");
+    return Tokenizer(lines, vocab_file(dir));
 }
 
 }  // namespace pt

@@ -11,6 +11,7 @@
 #include "src/model.hpp"
 #include "src/ernie.hpp"
 #include "src/formats/safetensors.hpp"
+#include "src/formats/tokenizer.hpp"
 
 namespace pt {
 
@@ -66,6 +67,11 @@ ModelConfig load_model_config(const std::string& dir);
 // dir/vocab.txt as token lines ([UNK] required). Fewer lines than vocab_size is fine (ERNIE 3.0
 // has 39,980 for 40,000 rows); more is an error. Empty if the file does not exist.
 std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg);
+// Where a directory's vocabulary is: dir/vocab.txt, else dir/tokenizer.json (a Hugging Face
+// repository without vocab.txt), else "" (none).
+std::string vocab_file(const std::string& dir);
+// The tokenizer of a model directory (vocab_file), at most vocab_size tokens; none is an error.
+Tokenizer load_tokenizer(const std::string& dir, const ModelConfig& cfg);
 
 // ---- the pieces, for `pipetrain inspect` and tests -------------------------------------------
 

@@ -1,0 +1,108 @@
+#include "src/formats/tokenizer_json.hpp"
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "src/formats/io.hpp"
+#include "src/formats/json.hpp"
+
+namespace pt {
+
+namespace {
+using ojson = nlohmann::ordered_json;   // keys in the order Hugging Face writes them
+
+const char* const kSpecials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+
+ojson special(const std::string& token, int type) { return {{"SpecialToken", {{"id", token}, {"type_id", type}}}}; }
+ojson sequence(const char* which, int type) { return {{"Sequence", {{"id", which}, {"type_id", type}}}}; }
+
+// token -> id, the later line winning; ids in line order.
+std::map<std::string, int> ids_of(const std::vector<std::string>& lines, ojson& vocab) {
+    std::map<std::string, int> id;
+    for (size_t i = 0; i < lines.size(); i++) id[lines[i].substr(0, lines[i].find('\t'))] = int(i);
+    for (size_t i = 0; i < lines.size(); i++) {
+        std::string token = lines[i].substr(0, lines[i].find('\t'));
+        if (id[token] == int(i)) vocab[token] = int(i);
+    }
+    return id;
+}
+
+ojson post_processor(const std::map<std::string, int>& id) {
+    ojson p = {{"type", "TemplateProcessing"},
+               {"single", {special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)}},
+               {"pair", {special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0), sequence("B", 1), special("[SEP]", 1)}},
+               {"special_tokens", ojson::object()}};
+    for (const char* t : {"[CLS]", "[SEP]"})
+        if (id.count(t)) p["special_tokens"][t] = {{"id", t}, {"ids", {id.at(t)}}, {"tokens", {t}}};
+    return p;
+}
+}  // namespace
+
+TokenizerFiles tokenizer_files(const std::vector<std::string>& vocab_lines, int model_max_length) {
+    ojson vocab = ojson::object();
+    const std::map<std::string, int> id = ids_of(vocab_lines, vocab);
+    ojson added = ojson::array(), decoder = ojson::object(), specials_map = ojson::object();
+    std::map<int, std::string> specials;   // by id, as save_pretrained lists them
+    for (const char* t : kSpecials)
+        if (id.count(t)) specials[id.at(t)] = t;
+    for (const auto& [i, t] : specials) {
+        ojson entry = {{"id", i},           {"content", t},   {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false},   {"normalized", false}, {"special", true}};
+        added.push_back(entry);
+        entry.erase("id");
+        decoder[std::to_string(i)] = entry;
+    }
+    ojson tok = {{"version", "1.0"},
+                 {"truncation", nullptr},
+                 {"padding", nullptr},
+                 {"added_tokens", added},
+                 {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                                 {"strip_accents", nullptr}, {"lowercase", true}}},
+                 {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+                 {"post_processor", post_processor(id)},
+                 {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+                 {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                            {"max_input_chars_per_word", 100}, {"vocab", vocab}}}};
+    ojson config = {{"added_tokens_decoder", decoder}, {"clean_up_tokenization_spaces", true}};
+    for (const auto& [key, t] : {std::pair{"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}, {"pad_token", "[PAD]"},
+                                {"sep_token", "[SEP]"}, {"unk_token", "[UNK]"}})
+        if (id.count(t)) config[key] = t, specials_map[key] = t;
+    config["do_lower_case"] = true;
+    config["model_max_length"] = model_max_length;
+    config["strip_accents"] = nullptr;
+    config["tokenize_chinese_chars"] = true;
+    config["tokenizer_class"] = "BertTokenizer";
+    return {tok.dump(2) + "\n", config.dump(2) + "\n", specials_map.dump(2) + "\n"};
+}
+
+std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
+    nlohmann::json j = parse_json(read_file(path), path);
+    const nlohmann::json* model = j.is_object() && j.contains("model") ? &j["model"] : nullptr;
+    if (!model || !model->is_object() || model->value("type", "") != "WordPiece" || !model->contains("vocab") ||
+        !(*model)["vocab"].is_object())
+        fail(path, "expected a WordPiece tokenizer: {\"model\": {\"type\": \"WordPiece\", \"vocab\": {token: id}}}");
+    const nlohmann::json& norm = j.value("normalizer", nlohmann::json());
+    if (norm.is_object() && norm.value("type", "") == "BertNormalizer" && norm.value("lowercase", true) == false)
+        fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
+    std::map<int64_t, std::string> by_id;
+    for (const auto& [token, v] : (*model)["vocab"].items()) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (int64_t(1) << 31))
+            fail(path, "vocab[\"" + token + "\"] must be an id >= 0");
+        if (!by_id.emplace(v.get<int64_t>(), token).second)
+            fail(path, "id " + std::to_string(v.get<int64_t>()) + " is given to both \"" + by_id[v.get<int64_t>()] +
+                           "\" and \"" + token + "\"");
+    }
+    if (by_id.empty()) fail(path, "its vocab is empty");
+    // Gaps come from tokens repeated in a vocab.txt: a few. An id far past the count would make
+    // a vocabulary of placeholders (and could ask for gigabytes).
+    if (uint64_t(by_id.rbegin()->first) >= 2 * by_id.size() + 16)
+        fail(path, "its ids run to " + std::to_string(by_id.rbegin()->first) + " for " + std::to_string(by_id.size()) +
+                       " tokens (expected ids 0 to " + std::to_string(by_id.size() - 1) + ", a few gaps at most)");
+    std::vector<std::string> lines(size_t(by_id.rbegin()->first) + 1);
+    for (size_t i = 0; i < lines.size(); i++) lines[i] = "[unused" + std::to_string(i) + "]";
+    for (const auto& [i, token] : by_id) lines[size_t(i)] = token;
+    return lines;
+}
+
+}  // namespace pt

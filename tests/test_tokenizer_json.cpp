@@ -1,0 +1,154 @@
+// tokenizer.json, tokenizer_config.json and special_tokens_map.json (issue #32 §1): written beside
+// every vocab.txt as BertTokenizerFast.save_pretrained writes them, and read back where a model
+// directory has no vocab.txt. The consumers themselves (transformers.js, Python tokenizers) are
+// checked elsewhere; here the structure, the ids, and the round trip through pipetrain's reader.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/lifecycle.hpp"
+#include "src/formats/tokenizer.hpp"
+#include "src/formats/tokenizer_json.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::Run;
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+    std::string path = test::temp_dir("tokjson") + "/" + name;
+    pt::write_file_atomic(path, text);
+    return path;
+}
+
+std::string error_loading(const std::string& text) {
+    return test::error_of([&] { pt::vocab_from_tokenizer_json(write_temp("tokenizer.json", text)); });
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json: BertNormalizer, BertPreTokenizer, WordPiece, [CLS] A [SEP], as save_pretrained writes it") {
+    const std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "床", "##光", "a\t7"};
+    pt::TokenizerFiles f = pt::tokenizer_files(vocab, 512);
+    json t = json::parse(f.tokenizer_json);
+    CHECK(t["version"] == "1.0");
+    CHECK(t["normalizer"] == json::parse(R"({"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                                              "strip_accents": null, "lowercase": true})"));
+    CHECK(t["pre_tokenizer"] == json::parse(R"({"type": "BertPreTokenizer"})"));
+    CHECK(t["decoder"] == json::parse(R"({"type": "WordPiece", "prefix": "##", "cleanup": true})"));
+    CHECK(t["model"]["type"] == "WordPiece");
+    CHECK(t["model"]["unk_token"] == "[UNK]");
+    CHECK(t["model"]["continuing_subword_prefix"] == "##");
+    CHECK(t["model"]["max_input_chars_per_word"] == 100);
+    CHECK(t["model"]["vocab"] == json::parse(R"({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4,
+                                                 "床": 5, "##光": 6, "a": 7})"));   // ERNIE's `token<TAB>id`: "a"
+    const json& pp = t["post_processor"];
+    CHECK(pp["type"] == "TemplateProcessing");
+    CHECK(pp["single"] == json::parse(R"([{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                           {"SpecialToken": {"id": "[SEP]", "type_id": 0}}])"));
+    CHECK(pp["pair"].size() == 5);
+    CHECK(pp["pair"][3] == json::parse(R"({"Sequence": {"id": "B", "type_id": 1}})"));
+    CHECK(pp["pair"][4] == json::parse(R"({"SpecialToken": {"id": "[SEP]", "type_id": 1}})"));
+    CHECK(pp["special_tokens"]["[CLS]"]["ids"] == json::array({2}));
+    CHECK(pp["special_tokens"]["[SEP]"]["ids"] == json::array({3}));
+    REQUIRE(t["added_tokens"].size() == 5);
+    for (int i = 0; i < 5; i++) {
+        CAPTURE(i);
+        CHECK(t["added_tokens"][i]["id"] == i);
+        CHECK(t["added_tokens"][i]["content"] == vocab[size_t(i)]);
+        CHECK(t["added_tokens"][i]["special"] == true);
+        CHECK(t["added_tokens"][i]["normalized"] == false);
+    }
+    json c = json::parse(f.tokenizer_config_json);
+    CHECK(c["do_lower_case"] == true);
+    CHECK(c["tokenize_chinese_chars"] == true);
+    CHECK(c["strip_accents"].is_null());
+    CHECK(c["model_max_length"] == 512);
+    CHECK(c["tokenizer_class"] == "BertTokenizer");
+    CHECK(c["mask_token"] == "[MASK]");
+    CHECK(c["added_tokens_decoder"]["4"]["content"] == "[MASK]");
+    CHECK(json::parse(f.special_tokens_map_json) ==
+          json::parse(R"({"cls_token": "[CLS]", "mask_token": "[MASK]", "pad_token": "[PAD]", "sep_token": "[SEP]", "unk_token": "[UNK]"})"));
+}
+
+TEST_CASE("a token repeated in vocab.txt keeps its last id; the id it loses reads back as a placeholder") {
+    const std::vector<std::string> vocab = {"[PAD]", "[UNK]", "x", "y", "x"};
+    json t = json::parse(pt::tokenizer_files(vocab, 64).tokenizer_json);
+    CHECK(t["model"]["vocab"] == json::parse(R"({"[PAD]": 0, "[UNK]": 1, "y": 3, "x": 4})"));
+    std::vector<std::string> back = pt::vocab_from_tokenizer_json(write_temp("tokenizer.json", t.dump()));
+    CHECK(back == std::vector<std::string>{"[PAD]", "[UNK]", "[unused2]", "y", "x"});
+    // pipetrain's tokenizer gives the same ids either way: x is 4 in both.
+    CHECK(pt::Tokenizer(vocab, "vocab.txt").encode("x y") == pt::Tokenizer(back, "tokenizer.json").encode("x y"));
+}
+
+TEST_CASE("the fixture vocabulary through tokenizer.json tokenizes every fixture line id for id as vocab.txt does") {
+    const std::string vocab_path = test::fixture("tokenizer/vocab.txt");
+    pt::Tokenizer direct = pt::Tokenizer::from_file(vocab_path);
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < direct.size(); i++) lines.push_back(direct.token(int32_t(i)));
+    const std::string path = write_temp("tokenizer.json", pt::tokenizer_files(lines, 512).tokenizer_json);
+    pt::Tokenizer via_json(pt::vocab_from_tokenizer_json(path), path);
+    CHECK(via_json.size() == direct.size());
+    int checked = 0;
+    for (const std::string& text : pt::read_lines(test::fixture("tokenizer/input.txt"))) {
+        std::vector<int32_t> a, b;
+        std::string err_a = test::error_of([&] { a = direct.encode(text); });
+        std::string err_b = test::error_of([&] { b = via_json.encode(text); });
+        CAPTURE(text);
+        CHECK(err_a == err_b);
+        CHECK(a == b);
+        checked++;
+    }
+    CHECK(checked > 100);
+}
+
+TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file and the reason") {
+    const std::string ok_model = R"("model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1}})";
+    CHECK(error_loading("{" + ok_model + "}") == "");
+    CHECK(error_loading(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})").find("expected a WordPiece tokenizer") != std::string::npos);
+    CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": false}, )" + ok_model + "}")
+              .find("keeps case") != std::string::npos);
+    CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 0}}})").find("id 0 is given to both") !=
+          std::string::npos);
+    CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": -1}}})").find("must be an id >= 0") !=
+          std::string::npos);
+    CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 2000000000}}})").find("ids run to 2000000000") !=
+          std::string::npos);
+    CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {}}})").find("vocab is empty") != std::string::npos);
+    CHECK(error_loading("{\"model\": ").find("tokenizer.json: not valid JSON") != std::string::npos);
+    const std::string no_unk = write_temp("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+    CHECK(test::error_of([&] { pt::Tokenizer(pt::vocab_from_tokenizer_json(no_unk), no_unk); }).find("no [UNK]") !=
+          std::string::npos);
+}
+
+TEST_CASE("a trained model directory holds the tokenizer files; without vocab.txt it loads from tokenizer.json alike") {
+    const std::string dir = test::temp_dir("tokjson_model"), out = dir + "/run";
+    Run r = test::run_cli("train --preset tiny --data " + test::fixture("text/sample_zh.txt") +
+                          " --batch 4 --seq 16 --steps 1 --save-every 1 --out " + out);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    for (const std::string& d : {out, out + "/checkpoint-1"})
+        for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+            CAPTURE(d);
+            CAPTURE(std::string(f));
+            CHECK(fs::is_regular_file(d + "/" + f));
+        }
+    Run with_vocab = test::run_cli("fill-mask --model " + out + " 床前明[MASK]光");
+    REQUIRE_MESSAGE(with_vocab.code == 0, with_vocab.out);
+    fs::remove(out + "/vocab.txt");
+    fs::remove(out + "/" + pt::kManifest);   // a Hugging Face repository: no manifest, no vocab.txt
+    Run without = test::run_cli("fill-mask --model " + out + " 床前明[MASK]光");
+    INFO(without.out);
+    CHECK(without.code == 0);
+    CHECK(without.out == with_vocab.out);
+    fs::remove(out + "/tokenizer.json");
+    Run none = test::run_cli("fill-mask --model " + out + " 床前明[MASK]光");
+    CHECK(none.code == 1);
+    CHECK(none.out.find(out + "/vocab.txt: missing (and no tokenizer.json)") != std::string::npos);
+}

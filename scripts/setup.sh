@@ -38,3 +38,15 @@ if [ ${#missing[@]} -gt 0 ]; then
          "(sudo apt-get install -y ${missing[*]})"
   fi
 fi
+# Optional, for tests only: the independent consumers of what pipetrain writes (transformers.js and
+# onnxruntime-node; tests/test_js_consumers.cpp), pinned by tests/js/package-lock.json.
+# --ignore-scripts: onnxruntime-node's install script downloads GPU binaries from outside (and
+# fails); its CPU binary is in the package. Without npm the tests skip, saying so.
+js=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/js
+if [ ! -f "$js/node_modules/.package-lock.json" ] || [ "$js/package-lock.json" -nt "$js/node_modules/.package-lock.json" ]; then
+  if command -v npm >/dev/null && (cd "$js" && timeout 600 npm ci --ignore-scripts --no-audit --no-fund >/dev/null 2>&1); then
+    echo "setup: installed tests/js/node_modules (npm ci --ignore-scripts; transformers.js, onnxruntime-node)"
+  else
+    echo "setup: tests/js/node_modules not installed (needs npm and the npm registry); test_js_consumers skips"
+  fi
+fi

@@ -286,9 +286,11 @@ TEST_CASE("inspect: a missing vocab.txt or config.json is an error, a sealed dir
     REQUIRE(run_cli(kTrain + "--steps 1 --out " + out).code == 0);
     Run ok = run_cli("inspect " + out);
     CHECK(ok.code == 0);
-    CHECK(ok.out.find("manifest: 3 files match") != std::string::npos);
+    CHECK(ok.out.find("manifest: 6 files match") != std::string::npos);
     fs::remove(out + "/" + pt::kManifest);
     fs::remove(out + "/vocab.txt");
+    CHECK(run_cli("inspect " + out).code == 0);   // tokenizer.json holds the vocabulary too
+    fs::remove(out + "/tokenizer.json");
     Run novocab = run_cli("inspect " + out);
     CHECK(novocab.code != 0);
     CHECK(novocab.out.find("vocab.txt: missing") != std::string::npos);

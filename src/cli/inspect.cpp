@@ -79,7 +79,7 @@ int inspect_main(const std::vector<std::string>& argv) {
                     double(cfg->layer_norm_eps), cfg->num_labels);
         size_t lines = load_vocab_lines(target, *cfg).size();
         if (lines) std::printf("vocab: %zu tokens for %d embedding rows\n", lines, cfg->vocab_size);
-        else report(Problem::error, target + "/vocab.txt: missing (text cannot be tokenized for this model)");
+        else report(Problem::error, target + "/vocab.txt: missing, and no tokenizer.json (text cannot be tokenized for this model)");
     } catch (const std::exception& e) {
         report(Problem::error, e.what());
     }

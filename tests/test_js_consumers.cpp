@@ -16,6 +16,7 @@
 
 #include "cli_util.hpp"
 #include "src/formats/io.hpp"
+#include "src/formats/safetensors.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/formats/tokenizer_json.hpp"
 
@@ -109,6 +110,142 @@ TEST_CASE("planted wrong, the check fails: a tokenizer.json that keeps case, one
     };
     differ = differing_lines(tokenizer_dir("js_tok_shift", shifted), &report);
     CHECK(differ.size() > kKnown.size());
+}
+
+// ---- the ONNX export, run by onnxruntime-node -------------------------------------------------
+
+namespace {
+
+const std::string kSample = test::fixture("text/sample_zh.txt");
+constexpr double kLogitsTolerance = 1e-4;
+
+struct Compared {
+    double max_abs_diff = 1e30, max_abs_ref = 0;
+    std::string out;
+};
+
+// onnxruntime-node on ONNX_FILE with the batch of DUMP (written by eval --dump-logits), against DUMP's `name`.
+Compared run_onnx(const std::string& onnx_file, const std::string& dump, const std::string& name) {
+    Compared c;
+    Run r = test::run_command("cd " + kJs + " && node onnx_logits.mjs " + onnx_file + " " + dump + " " + name);
+    c.out = r.out;
+    if (r.code != 0) return c;
+    nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    c.max_abs_diff = j["max_abs_diff"].get<double>(), c.max_abs_ref = j["max_abs_ref"].get<double>();
+    return c;
+}
+
+// Exports MODEL, evaluates it with `eval_flags` (--dump-logits), and compares.
+Compared export_and_compare(const std::string& model, const std::string& eval_flags, const std::string& name,
+                            const std::string& export_flags = "") {
+    const std::string out = test::temp_dir("onnx_export");
+    Run e = test::run_cli("export --model " + model + " --onnx --out " + out + "/exported " + export_flags);
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    Run d = test::run_cli("eval --model " + model + " " + eval_flags + " --dump-logits " + out + "/dump.safetensors");
+    REQUIRE_MESSAGE(d.code == 0, d.out);
+    Compared c = run_onnx(out + "/exported/onnx/model.onnx", out + "/dump.safetensors", name);
+    c.out += " (" + out + ")";
+    return c;
+}
+
+std::string trained(const std::string& name, const std::string& flags) {
+    const std::string out = test::temp_dir(name) + "/run";
+    Run r = test::run_cli("train --preset tiny --batch 4 --seq 24 --steps 3 --seed 5 " + flags + " --out " + out);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    return out;
+}
+
+// An --inputs file of B rows of T tokens: ids below `vocab`, the last row padded from T - 5 on,
+// token types 1 in the second half of row 0, `task` everywhere when task >= 0, some targets.
+std::string inputs_file(int B, int T, int vocab, int task) {
+    std::vector<int64_t> ids(size_t(B) * T), mask(ids.size(), 1), types(ids.size(), 0), labels(ids.size(), -100), tasks(ids.size(), task);
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = int64_t(5 + (i * 7919) % size_t(vocab - 5));
+    for (int t = T - 5; t < T; t++) mask[size_t(B - 1) * T + t] = 0, ids[size_t(B - 1) * T + t] = 0;
+    for (int t = T / 2; t < T; t++) types[size_t(t)] = 1;
+    for (size_t i = 3; i < ids.size(); i += 4) labels[i] = mask[i] ? ids[i] : -100;
+    pt::st::Writer w;
+    w.add_i64("input_ids", {B, T}, ids.data());
+    w.add_i64("attention_mask", {B, T}, mask.data());
+    w.add_i64("token_type_ids", {B, T}, types.data());
+    w.add_i64("labels", {B, T}, labels.data());
+    if (task >= 0) w.add_i64("task_type_ids", {B, T}, tasks.data());
+    std::string path = test::temp_dir("onnx_inputs") + "/inputs.safetensors";
+    w.write(path);
+    return path;
+}
+
+bool have_python_onnx() { return std::system("/usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") == 0; }
+
+}  // namespace
+
+TEST_CASE("export --onnx, masked LM: onnxruntime-node's logits within 1e-4 of pipetrain eval, batch 3 x 17") {
+    const std::string model = trained("onnx_mlm", "--data " + kSample);
+    Compared c = export_and_compare(model, "--inputs " + inputs_file(3, 17, 313, -1), "mlm_logits");
+    INFO(c.out);
+    MESSAGE("masked LM: max |onnx - pipetrain| " << c.max_abs_diff << " (max |logit| " << c.max_abs_ref << ")");
+    CHECK(c.max_abs_diff < kLogitsTolerance);
+    CHECK(c.max_abs_ref > 0.01);   // not a comparison of zeros
+}
+
+TEST_CASE("export --onnx, causal LM and classifier: within 1e-4 of pipetrain eval") {
+    Compared causal = export_and_compare(trained("onnx_causal", "--data " + kSample + " --objective causal"),
+                                         "--data " + kSample + " --seq 23 --objective causal", "causal_logits");
+    INFO(causal.out);
+    MESSAGE("causal LM: max |onnx - pipetrain| " << causal.max_abs_diff << " (max |logit| " << causal.max_abs_ref << ")");
+    CHECK(causal.max_abs_diff < kLogitsTolerance);
+    const std::string tsv = test::fixture("classify/train.tsv");
+    Compared cls = export_and_compare(trained("onnx_cls", "--task classify --labels 2 --data " + tsv),
+                                      "--data " + test::fixture("classify/dev.tsv") + " --seq 19", "logits");
+    INFO(cls.out);
+    MESSAGE("classifier: max |onnx - pipetrain| " << cls.max_abs_diff << " (max |logit| " << cls.max_abs_ref << ")");
+    CHECK(cls.max_abs_diff < kLogitsTolerance);
+    CHECK(cls.max_abs_ref > 0);
+}
+
+TEST_CASE("export --onnx of a real ERNIE configuration (the nano-like parity fixture, task type 2 baked in)") {
+    const std::string model = test::fixture("ernie/nano-like/hf");
+    Compared c = export_and_compare(model, "--inputs " + inputs_file(2, 29, 40, 2), "mlm_logits", "--task-type 2");
+    INFO(c.out);
+    MESSAGE("ERNIE nano-like: max |onnx - pipetrain| " << c.max_abs_diff << " (max |logit| " << c.max_abs_ref << ")");
+    CHECK(c.max_abs_diff < kLogitsTolerance);
+    Run bad = test::run_cli("export --model " + model + " --onnx --out " + test::temp_dir("onnx_bad") + " --task-type 99");
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("--task-type") != std::string::npos);
+}
+
+TEST_CASE("every exported file passes onnx.checker (full_check) and strict shape inference; planted wrong, the logits check fails") {
+    if (!have_python_onnx()) {
+        MESSAGE("skipped: Debian's python3-onnx is not installed (scripts/setup.sh installs it where it can)");
+        return;
+    }
+    const std::string model = trained("onnx_check", "--data " + kSample), out = test::temp_dir("onnx_checked");
+    REQUIRE(test::run_cli("export --model " + model + " --onnx --out " + out + "/e").code == 0);
+    const std::string file = out + "/e/onnx/model.onnx";
+    Run check = test::run_command("/usr/bin/python3 -c \"import onnx, sys; m = onnx.load(sys.argv[1]); "
+                                  "onnx.checker.check_model(m, full_check=True); "
+                                  "onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True); print('checked')\" " + file);
+    INFO(check.out);
+    CHECK(check.code == 0);
+    CHECK(check.out.find("checked") != std::string::npos);
+    REQUIRE(test::run_cli("eval --model " + model + " --inputs " + inputs_file(3, 17, 313, -1) + " --dump-logits " + out +
+                          "/dump.safetensors").code == 0);
+    CHECK(run_onnx(file, out + "/dump.safetensors", "mlm_logits").max_abs_diff < kLogitsTolerance);
+    // A wrong epsilon in one LayerNormalization; one square weight transposed: each must fail the check.
+    const char* plants[] = {
+        "n = [n for n in m.graph.node if n.op_type == 'LayerNormalization'][0]; "
+        "[a for a in n.attribute if a.name == 'epsilon'][0].f = 1e-2",
+        "import numpy as np; from onnx import numpy_helper as h; "
+        "i = [k for k, t in enumerate(m.graph.initializer) if t.name.endswith('attention.self.query.weight.T')][0]; "
+        "a = h.to_array(m.graph.initializer[i]); m.graph.initializer[i].CopyFrom(h.from_array(np.ascontiguousarray(a.T), m.graph.initializer[i].name))",
+    };
+    for (const char* plant : plants) {
+        CAPTURE(std::string(plant));
+        const std::string bad = out + "/planted.onnx";
+        Run p = test::run_command(std::string("/usr/bin/python3 -c \"import onnx, sys; m = onnx.load(sys.argv[1]); ") + plant +
+                                  "; onnx.save(m, sys.argv[2])\" " + file + " " + bad);
+        REQUIRE_MESSAGE(p.code == 0, p.out);
+        CHECK(run_onnx(bad, out + "/dump.safetensors", "mlm_logits").max_abs_diff > kLogitsTolerance);
+    }
 }
 
 int main(int argc, char** argv) {

@@ -23,7 +23,8 @@ int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp
 int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]
 int bench_pipeline_main(const std::vector<std::string>& args);   // bench_pipeline.cpp
 int bench_gemm_main(const std::vector<std::string>& args);       // bench_gemm.cpp
-int plot_main(const std::vector<std::string>& args);             // plot.cpp: OUT | --metrics F --trace F --out DIR
+int plot_main(const std::vector<std::string>& args);
+int export_main(const std::vector<std::string>& args);           // export.cpp: --model DIR --onnx --out ODIR             // plot.cpp: OUT | --metrics F --trace F --out DIR
 
 // schedules.cpp: --schedule NAME as a pp::Schedule (every name but auto, which needs costs), and
 // the chunks per rank it takes when --chunks is not given (the V shape's two).

@@ -49,6 +49,8 @@ const char* kUsage =
     "  classify   --model DIR [--seq L] (TEXT... | --file F)   the label and its probabilities, per text\n"
     "             defaults: --seq 128, or the model's max_position_embeddings if fewer\n"
     "  inspect    FILE.safetensors | DIR [--strict]\n"
+    "  export     --model DIR --onnx --out ODIR [--task-type N]   ODIR/onnx/model.onnx (opset 17) with the config\n"
+    "             and tokenizer files, for onnxruntime and transformers.js; defaults: --task-type 0\n"
     "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
     "  vocab      --data F --out vocab.txt [--size N]   defaults: --size 8000\n"
     "  schedule   [--stages P] [--micro-batches M] [--schedule S|auto] [--chunks V] [--costs f,bi,bw,comm]\n"
@@ -89,7 +91,7 @@ std::string usage_of(const std::string& cmd) {
 using Command = int (*)(const std::vector<std::string>&);
 const std::vector<std::pair<std::string, Command>> kCommands = {
     {"train", pt::train_main}, {"eval", pt::eval_main}, {"fill-mask", pt::fill_mask_main},
-    {"generate", pt::generate_main}, {"classify", pt::classify_main}, {"inspect", pt::inspect_main},
+    {"generate", pt::generate_main}, {"classify", pt::classify_main}, {"inspect", pt::inspect_main}, {"export", pt::export_main},
     {"tokenize", pt::tokenize_main}, {"vocab", pt::vocab_main}, {"schedule", pt::schedule_main},
     {"partition", pt::partition_main}, {"plot", pt::plot_main}, {"bench-pipeline", pt::bench_pipeline_main},
     {"bench-gemm", pt::bench_gemm_main}};

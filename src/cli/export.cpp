@@ -1,0 +1,192 @@
+// `pipetrain export --model DIR --onnx --out ODIR [--task-type N]`: the model as ONNX (opset 17),
+// for onnxruntime and transformers.js: ODIR/onnx/model.onnx, and ODIR's config.json (with
+// "model_type": "bert": ERNIE with its task embedding baked in is BERT's architecture, and
+// transformers.js knows no "ernie"), vocab.txt and the tokenizer files.
+//   inputs  input_ids, attention_mask, token_type_ids: int64 (batch, sequence), both axes dynamic
+//   output  logits: (batch, sequence, vocab) for the masked and the causal LM, (batch, labels) for
+//           a classifier
+// The graph is the spec's forward written with ONNX operators: Gather for the embeddings,
+// LayerNormalization, MatMul + Add for every Linear (weights stored transposed, (in, out)), exact
+// GELU through Erf, Softmax over the keys with masked keys at -1e9 (exactly 0 after the softmax,
+// as pipetrain's -inf), tanh for the pooler. The writer is src/formats/onnx.hpp.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/cli/args.hpp"
+#include "src/cli/commands.hpp"
+#include "src/ernie.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/formats/io.hpp"
+#include "src/formats/onnx.hpp"
+#include "src/formats/tokenizer_json.hpp"
+
+namespace pt {
+
+namespace {
+namespace fs = std::filesystem;
+using onnx::attr_float;
+using onnx::attr_int;
+using onnx::attr_ints;
+
+// A model's weights by Hugging Face name, on the host, with their shapes.
+struct Weights {
+    std::map<std::string, std::pair<const float*, std::vector<int64_t>>> by_name;
+    const float* at(const std::string& n) const { return by_name.at(n).first; }
+    const std::vector<int64_t>& shape(const std::string& n) const { return by_name.at(n).second; }
+};
+
+struct Builder {
+    const ModelConfig& cfg;
+    const Weights& w;
+    onnx::Graph g;
+    std::vector<std::vector<float>> transposed;   // kept alive until the model is written
+
+    std::string weight(const std::string& name) { return g.weight(name, w.shape(name), w.at(name)); }
+    // A Linear's weight [out, in] stored as [in, out], for x (.., in) @ W^T.
+    std::string weight_t(const std::string& name) {
+        const std::vector<int64_t>& s = w.shape(name);
+        std::vector<float> t(size_t(s[0] * s[1]));
+        for (int64_t o = 0; o < s[0]; o++)
+            for (int64_t i = 0; i < s[1]; i++) t[size_t(i * s[0] + o)] = w.at(name)[o * s[1] + i];
+        transposed.push_back(std::move(t));
+        return g.weight(name + ".T", {s[1], s[0]}, transposed.back().data());
+    }
+    std::string linear(const std::string& x, const std::string& prefix) {
+        return g.node("Add", {g.node("MatMul", {x, weight_t(prefix + "weight")}), weight(prefix + "bias")});
+    }
+    std::string layernorm(const std::string& x, const std::string& prefix) {
+        return g.node("LayerNormalization", {x, weight(prefix + "weight"), weight(prefix + "bias")},
+                      {attr_int("axis", -1), attr_float("epsilon", cfg.layer_norm_eps)});
+    }
+    std::string act(const std::string& x) {   // exact GELU: x/2 (1 + erf(x/sqrt 2)), or ReLU
+        if (cfg.hidden_act == "relu") return g.node("Relu", {x});
+        std::string e = g.node("Erf", {g.node("Div", {x, g.scalar(1.41421356237309504880f)})});
+        return g.node("Mul", {g.node("Mul", {x, g.scalar(0.5f)}), g.node("Add", {e, g.scalar(1.0f)})});
+    }
+};
+
+// (B, S, C): word + position + token type (+ the task row, baked in), then LayerNorm; the sums in
+// pipetrain's order.
+std::string embeddings(Builder& b, int task_type) {
+    onnx::Graph& g = b.g;
+    const int C = b.cfg.hidden_size;
+    std::string S = g.node("Gather", {g.node("Shape", {"input_ids"}), g.ints({1}, true)}, {attr_int("axis", 0)});
+    std::string positions = g.node("Range", {g.ints({0}, true), S, g.ints({1}, true)});   // (S)
+    std::string e = g.node("Gather", {b.weight("ernie.embeddings.word_embeddings.weight"), "input_ids"});
+    e = g.node("Add", {e, g.node("Gather", {b.weight("ernie.embeddings.position_embeddings.weight"), positions})});
+    e = g.node("Add", {e, g.node("Gather", {b.weight("ernie.embeddings.token_type_embeddings.weight"), "token_type_ids"})});
+    if (b.cfg.use_task_id) {
+        const float* row = b.w.at("ernie.embeddings.task_type_embeddings.weight") + size_t(task_type) * C;
+        e = g.node("Add", {e, g.weight("task_type_embedding_" + std::to_string(task_type), {C}, row)});
+    }
+    return b.layernorm(e, "ernie.embeddings.LayerNorm.");
+}
+
+// (B, 1, 1 or S, S): 0 where a query may see a key, -1e9 where not (padding; later keys when causal).
+std::string attention_bias(Builder& b) {
+    onnx::Graph& g = b.g;
+    std::string keep = g.node("Cast", {"attention_mask"}, {attr_int("to", onnx::kFloat)});   // (B, S)
+    std::string bias = g.node("Mul", {g.node("Sub", {g.scalar(1.0f), keep}), g.scalar(-1e9f)});
+    bias = g.node("Unsqueeze", {bias, g.ints({1, 2})});   // (B, 1, 1, S)
+    if (!b.cfg.is_decoder) return bias;
+    std::string shape = g.node("Concat", {g.node("Slice", {g.node("Shape", {"input_ids"}), g.ints({1}), g.ints({2})}),
+                                          g.node("Slice", {g.node("Shape", {"input_ids"}), g.ints({1}), g.ints({2})})},
+                               {attr_int("axis", 0)});   // (S, S)
+    std::string ones = g.node("Expand", {g.scalar(1.0f), shape});
+    std::string later = g.node("Trilu", {ones, g.ints({1}, true)}, {attr_int("upper", 1)});   // 1 above the diagonal
+    return g.node("Add", {bias, g.node("Mul", {later, g.scalar(-1e9f)})});
+}
+
+// One encoder block, post-LayerNorm as BERT's: x + attention, LayerNorm; + feed-forward, LayerNorm.
+std::string block(Builder& b, const std::string& x, const std::string& bias, int l) {
+    onnx::Graph& g = b.g;
+    const int H = b.cfg.num_attention_heads, D = b.cfg.head_size(), C = b.cfg.hidden_size;
+    const std::string p = "ernie.encoder.layer." + std::to_string(l) + ".";
+    auto heads = [&](const std::string& name, std::vector<int64_t> perm) {   // (B, S, C) -> per head
+        std::string y = g.node("Reshape", {b.linear(x, p + "attention.self." + name + "."), g.ints({0, 0, H, D})});
+        return g.node("Transpose", {y}, {attr_ints("perm", std::move(perm))});
+    };
+    std::string q = heads("query", {0, 2, 1, 3}), k = heads("key", {0, 2, 3, 1}), v = heads("value", {0, 2, 1, 3});
+    std::string scores = g.node("Mul", {g.node("MatMul", {q, k}), g.scalar(1.0f / std::sqrt(float(D)))});   // (B, H, S, S)
+    std::string probs = g.node("Softmax", {g.node("Add", {scores, bias})}, {attr_int("axis", -1)});
+    std::string ctx = g.node("Transpose", {g.node("MatMul", {probs, v})}, {attr_ints("perm", {0, 2, 1, 3})});
+    ctx = g.node("Reshape", {ctx, g.ints({0, 0, C})});   // (B, S, C)
+    std::string h = b.layernorm(g.node("Add", {b.linear(ctx, p + "attention.output.dense."), x}), p + "attention.output.LayerNorm.");
+    std::string f = b.linear(b.act(b.linear(h, p + "intermediate.dense.")), p + "output.dense.");
+    return b.layernorm(g.node("Add", {f, h}), p + "output.LayerNorm.");
+}
+
+// (B, S, V): dense, activation, LayerNorm, then the tied word embedding (transposed) and a bias.
+std::string lm_head(Builder& b, const std::string& x) {
+    onnx::Graph& g = b.g;
+    std::string z = b.layernorm(b.act(b.linear(x, "cls.predictions.transform.dense.")), "cls.predictions.transform.LayerNorm.");
+    std::string words = g.node("Transpose", {"ernie.embeddings.word_embeddings.weight"}, {attr_ints("perm", {1, 0})});
+    return g.node("Add", {g.node("MatMul", {z, words}), b.weight("cls.predictions.bias")}, {}, "logits");
+}
+
+// (B, labels): the pooler (the first token, dense, tanh), then the classifier.
+std::string classifier_head(Builder& b, const std::string& x) {
+    onnx::Graph& g = b.g;
+    std::string first = g.node("Gather", {x, g.ints({0}, true)}, {attr_int("axis", 1)});   // (B, C)
+    std::string pooled = g.node("Tanh", {b.linear(first, "ernie.pooler.dense.")});
+    return g.node("Add", {g.node("MatMul", {pooled, b.weight_t("classifier.weight")}), b.weight("classifier.bias")}, {}, "logits");
+}
+
+// ODIR/config.json: the model's, with "model_type": "bert" and a BERT architecture name.
+void write_config(const std::string& out, const ModelConfig& cfg, int task_type) {
+    nlohmann::json j = nlohmann::json::parse(config_to_json(cfg));
+    j["model_type"] = "bert";
+    j["architectures"] = {cfg.num_labels > 0 ? "BertForSequenceClassification" : cfg.is_decoder ? "BertLMHeadModel" : "BertForMaskedLM"};
+    j["pipetrain_onnx_task_type"] = task_type;   // the task row baked into the embeddings
+    write_file_atomic(out + "/config.json", j.dump(2) + "\n");
+}
+
+}  // namespace
+
+int export_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--out", "--task-type"}, {"--onnx"});
+    if (!a.has("--onnx")) throw std::runtime_error("--onnx: required (the one export format so far)");
+    const std::string dir = a.required("--model"), out = a.required("--out");
+    ModelConfig cfg = load_model_config(dir);
+    const int task = int(a.integer("--task-type", 0, 0, cfg.use_task_id ? cfg.task_type_vocab_size - 1 : 0));
+    std::vector<std::string> vocab = load_vocab_lines(dir, cfg);
+    std::vector<std::unique_ptr<Layer>> owned;
+    std::vector<Layer*> layers;
+    for (int i = 0; i < num_model_layers(cfg); i++) owned.push_back(make_layer(cfg, i)), layers.push_back(owned.back().get());
+    load_weights(dir, layers);
+    Weights w;
+    for (Layer* l : layers)
+        for (const ParamInfo& p : l->params_info)
+            if (!p.tied) w.by_name[p.name] = {l->params.data() + p.offset, p.shape};
+    Builder b{cfg, w, {}, {}};
+    for (const char* in : {"input_ids", "attention_mask", "token_type_ids"}) b.g.input(in, onnx::kInt64, {-1, -1}, {"batch", "sequence"});
+    std::string x = embeddings(b, task), bias = attention_bias(b);
+    for (int l = 0; l < cfg.num_hidden_layers; l++) x = block(b, x, bias, l);
+    if (cfg.num_labels > 0) classifier_head(b, x), b.g.output("logits", onnx::kFloat, {-1, cfg.num_labels}, {"batch"});
+    else lm_head(b, x), b.g.output("logits", onnx::kFloat, {-1, -1, cfg.vocab_size}, {"batch", "sequence"});
+    fs::create_directories(out + "/onnx");
+    std::string external;
+    std::string model = b.g.model("pipetrain", size_t(2000) << 20, "model.onnx_data", &external);   // protobuf's 2 GB
+    if (!external.empty()) write_file_atomic(out + "/onnx/model.onnx_data", external);
+    write_file_atomic(out + "/onnx/model.onnx", model);
+    write_config(out, cfg, task);
+    if (!vocab.empty()) {
+        std::string text;
+        for (const std::string& t : vocab) text += t + "\n";
+        write_file_atomic(out + "/vocab.txt", text);
+        TokenizerFiles t = tokenizer_files(vocab, cfg.max_position_embeddings);
+        write_file_atomic(out + "/tokenizer.json", t.tokenizer_json);
+        write_file_atomic(out + "/tokenizer_config.json", t.tokenizer_config_json);
+        write_file_atomic(out + "/special_tokens_map.json", t.special_tokens_map_json);
+    }
+    std::printf("wrote %s/onnx/model.onnx (%.1f MB, opset 17%s) and its config and tokenizer files\n", out.c_str(),
+                (model.size() + external.size()) / 1e6, external.empty() ? "" : ", weights in model.onnx_data");
+    return 0;
+}
+
+}  // namespace pt

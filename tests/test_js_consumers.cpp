@@ -5,6 +5,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -246,6 +247,76 @@ TEST_CASE("every exported file passes onnx.checker (full_check) and strict shape
         REQUIRE_MESSAGE(p.code == 0, p.out);
         CHECK(run_onnx(bad, out + "/dump.safetensors", "mlm_logits").max_abs_diff > kLogitsTolerance);
     }
+}
+
+// ---- transformers.js's own pipelines on an export ------------------------------------------------
+
+namespace {
+nlohmann::json pipeline_js(const std::string& args) {
+    Run r = test::run_command("cd " + kJs + " && node pipelines.mjs " + args);
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1));
+}
+
+std::string exported(const std::string& model) {
+    const std::string out = test::temp_dir("onnx_pipe") + "/model";
+    Run e = test::run_cli("export --model " + model + " --onnx --out " + out);
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    return out;
+}
+}  // namespace
+
+TEST_CASE("transformers.js fill-mask on an export: pipetrain fill-mask's top 5 for 床前明[MASK]光, in order, same scores") {
+    const std::string model = trained("pipe_mlm", "--data " + kSample + " --steps 20");
+    Run ours = test::run_cli("fill-mask --model " + model + " 床前明[MASK]光");   // "[MASK] 1 (position 4):  为 0.0054  模 0.0053 ..."
+    REQUIRE_MESSAGE(ours.code == 0, ours.out);
+    std::istringstream words(ours.out.substr(ours.out.find("):") + 2));
+    nlohmann::json js = pipeline_js("fill-mask " + exported(model) + " '床前明[MASK]光'");
+    REQUIRE(js.size() == 5);
+    for (int k = 0; k < 5; k++) {
+        std::string token;
+        double score = 0;
+        words >> token >> score;
+        CAPTURE(k);
+        CHECK(js[k]["token_str"].get<std::string>() == token);
+        CHECK(std::abs(js[k]["score"].get<double>() - score) <= 0.51e-4);   // pipetrain prints 4 decimals
+    }
+}
+
+TEST_CASE("transformers.js text-classification on an export: every label's probability within 1e-5 of pipetrain's") {
+    const std::string model = trained("pipe_cls", "--task classify --labels 2 --data " + test::fixture("classify/train.tsv") + " --steps 20");
+    const std::string dev = test::fixture("classify/dev.tsv"), dump = test::temp_dir("pipe_cls_dump") + "/dump.safetensors";
+    REQUIRE(test::run_cli("eval --model " + model + " --data " + dev + " --seq 64 --dump-logits " + dump).code == 0);
+    pt::st::File f = pt::st::read(dump);
+    std::vector<float> logits = f.to_f32("logits");   // (rows, 2)
+    nlohmann::json js = pipeline_js("classify " + exported(model) + " " + dev);
+    const size_t rows = logits.size() / 2;   // eval's first batch: the first rows of dev.tsv
+    REQUIRE(rows >= 8);
+    REQUIRE(js.size() >= rows);
+    double worst = 0;
+    for (size_t r = 0; r < rows; r++) {
+        double a = logits[2 * r], b = logits[2 * r + 1], m = std::max(a, b);
+        double p0 = std::exp(a - m) / (std::exp(a - m) + std::exp(b - m));
+        worst = std::max({worst, std::abs(js[r][0].get<double>() - p0), std::abs(js[r][1].get<double>() - (1 - p0))});
+    }
+    MESSAGE(rows << " texts: max |transformers.js - pipetrain| probability " << worst);
+    CHECK(worst < 1e-5);
+}
+
+TEST_CASE("greedy generation of 20 tokens with onnxruntime on an exported causal LM: pipetrain generate's ids") {
+    const std::string model = trained("pipe_causal", "--data " + kSample + " --objective causal --steps 30");
+    // stdout only: the "stopped after N" line goes to stderr (and, unbuffered, would come first).
+    Run ours = test::run_command("(" + std::string(PT_CLI) + " generate --model " + model + " --prompt 床前 --top-k 1 --tokens 20 2>/dev/null)");
+    REQUIRE_MESSAGE(ours.code == 0, ours.out);
+    const std::string text = ours.out.substr(0, ours.out.find('\n'));
+    Run ids = test::run_cli("tokenize --vocab " + model + "/vocab.txt --ids '" + text + "'");
+    REQUIRE(ids.code == 0);
+    nlohmann::json js = pipeline_js("greedy " + exported(model) + " 20 床前");
+    std::string theirs;
+    for (const auto& v : js) theirs += (theirs.empty() ? "" : " ") + std::to_string(v.get<int>());
+    CHECK(theirs == ids.out.substr(0, ids.out.find('\n')));
+    CHECK(js.size() > 2);   // it generated something
 }
 
 int main(int argc, char** argv) {

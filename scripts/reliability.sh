@@ -127,7 +127,7 @@ signal (tests/test_mpi_train.cpp). $HOSTILE_STATUS
 
 $(sed 's/^/    /' <<<"$HOSTILE")
 
-JSON parse time against size (\`build/bench_json 100\`): safetensors headers of N one-float tensors, all
+JSON parse time against size (\`build/bench_json 100\`, up to a 95 MB header: safetensors allows 100 MB): safetensors headers of N one-float tensors, all
 siblings (the shape that made the old depth-limiting callback parser quadratic: a 640 KB
 config.json took 15-19 s, a 12 MB header more than 40 s). The peer is the JSON library's own
 parser on the same text, without pipetrain's checks; the last column is pipetrain's whole header

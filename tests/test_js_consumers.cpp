@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.hpp"
+#include "process_util.hpp"
 #include "src/formats/io.hpp"
 #include "src/formats/safetensors.hpp"
 #include "src/formats/tokenizer.hpp"
@@ -317,6 +319,47 @@ TEST_CASE("greedy generation of 20 tokens with onnxruntime on an exported causal
     for (const auto& v : js) theirs += (theirs.empty() ? "" : " ") + std::to_string(v.get<int>());
     CHECK(theirs == ids.out.substr(0, ids.out.find('\n')));
     CHECK(js.size() > 2);   // it generated something
+}
+
+// ---- the capstone: the student's model in a browser -------------------------------------------
+
+TEST_CASE("export --web: headless Chromium runs the page from 127.0.0.1 and shows pipetrain fill-mask's top 5") {
+    if (std::system("command -v chromium >/dev/null 2>&1") != 0) {
+        MESSAGE("skipped: Debian's chromium is not installed (apt-get install chromium)");
+        return;
+    }
+    const std::string model = trained("web_mlm", "--data " + kSample + " --steps 20");
+    const std::string site = test::temp_dir("web") + "/site";
+    Run e = test::run_cli("export --model " + model + " --web --out " + site + " --js " + kJs + "/node_modules");
+    REQUIRE_MESSAGE(e.code == 0, e.out);
+    for (const char* f : {"index.html", "transformers.web.min.js", "ort-wasm-simd-threaded.asyncify.wasm", "model/onnx/model.onnx",
+                          "model/tokenizer.json", "loss.svg"})
+        CHECK_MESSAGE(fs::exists(site + "/" + f), f);
+    // The page fills its box from ?text= and presses its button; ?report= makes it post what it shows.
+    test::Child server = test::Child::exec({"node", kJs + "/serve.mjs", site, "120"});
+    REQUIRE_MESSAGE(server.wait_for("\n", 10), server.out);
+    const std::string url = server.out.substr(0, server.out.find('\n')) + "index.html?text=床前明[MASK]光&report=/result";
+    test::Child browser = test::Child::exec({"chromium", "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + site + "-profile", url});
+    const bool reported = server.wait_for("}]", 120);
+    browser.signal(SIGKILL);
+    INFO(server.out);
+    REQUIRE(reported);
+    nlohmann::json shown = nlohmann::json::parse(server.out.substr(server.out.find('[')));
+    Run ours = test::run_cli("fill-mask --model " + model + " 床前明[MASK]光");
+    REQUIRE(ours.code == 0);
+    std::istringstream words(ours.out.substr(ours.out.find("):") + 2));
+    REQUIRE(shown.size() == 5);
+    for (int k = 0; k < 5; k++) {
+        std::string token;
+        double score = 0;
+        words >> token >> score;
+        CAPTURE(k);
+        CHECK(shown[k]["token_str"].get<std::string>() == token);
+        CHECK(std::abs(shown[k]["score"].get<double>() - score) <= 0.51e-4);
+    }
+    Run no_js = test::run_cli("export --model " + model + " --web --out " + site + "2 --js /nonexistent");
+    CHECK(no_js.code == 1);
+    CHECK(no_js.out.find("--js: /nonexistent/@huggingface/transformers/dist/transformers.web.min.js not found") != std::string::npos);
 }
 
 int main(int argc, char** argv) {

@@ -146,14 +146,8 @@ void write_config(const std::string& out, const ModelConfig& cfg, int task_type)
     write_file_atomic(out + "/config.json", j.dump(2) + "\n");
 }
 
-}  // namespace
-
-int export_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--model", "--out", "--task-type"}, {"--onnx"});
-    if (!a.has("--onnx")) throw std::runtime_error("--onnx: required (the one export format so far)");
-    const std::string dir = a.required("--model"), out = a.required("--out");
-    ModelConfig cfg = load_model_config(dir);
-    const int task = int(a.integer("--task-type", 0, 0, cfg.use_task_id ? cfg.task_type_vocab_size - 1 : 0));
+// DIR exported as ONNX into OUT (OUT/onnx/model.onnx, config.json, vocab and tokenizer files).
+void export_onnx(const std::string& dir, const std::string& out, int task, const ModelConfig& cfg) {
     std::vector<std::string> vocab = load_vocab_lines(dir, cfg);
     std::vector<std::unique_ptr<Layer>> owned;
     std::vector<Layer*> layers;
@@ -186,6 +180,90 @@ int export_main(const std::vector<std::string>& argv) {
     }
     std::printf("wrote %s/onnx/model.onnx (%.1f MB, opset 17%s) and its config and tokenizer files\n", out.c_str(),
                 (model.size() + external.size()) / 1e6, external.empty() ? "" : ", weights in model.onnx_data");
+}
+
+// The files a page needs from npm: transformers.js's browser build and onnxruntime-web's WASM
+// runtime (the build imports "onnxruntime-web/webgpu" and "onnxruntime-common": the page's import
+// map points both at the bundle).
+const std::pair<const char*, const char*> kWebFiles[] = {
+    {"@huggingface/transformers/dist/", "transformers.web.min.js"},
+    {"onnxruntime-web/dist/", "ort.webgpu.bundle.min.mjs"},
+    {"onnxruntime-web/dist/", "ort-wasm-simd-threaded.asyncify.mjs"},
+    {"onnxruntime-web/dist/", "ort-wasm-simd-threaded.asyncify.wasm"},
+};
+
+extern const char* const kIndexHtml;   // below
+
+// OUT: index.html, the model under OUT/model, the npm files from JS (a node_modules folder),
+// and the run's pictures when DIR is a run's --out (it has metrics.jsonl).
+void export_web(const std::string& dir, const std::string& out, const std::string& js, int task, const ModelConfig& cfg) {
+    if (cfg.is_decoder) throw std::runtime_error("--web: a page for a causal model is not written yet (--onnx exports it)");
+    for (const auto& [sub, file] : kWebFiles)
+        if (!fs::is_regular_file(js + "/" + sub + file))
+            throw std::runtime_error("--js: " + js + "/" + sub + file + " not found (expected a node_modules folder with "
+                                     "@huggingface/transformers 4 and onnxruntime-web: npm install @huggingface/transformers)");
+    export_onnx(dir, out + "/model", task, cfg);
+    for (const auto& [sub, file] : kWebFiles) write_file_atomic(out + "/" + file, read_file(js + "/" + sub + file));
+    std::string page = kIndexHtml;
+    page.replace(page.find("@TASK@"), 6, cfg.num_labels > 0 ? "text-classification" : "fill-mask");
+    write_file_atomic(out + "/index.html", page);
+    if (fs::exists(dir + "/metrics.jsonl")) plot_main({dir, "--out", out});
+    std::printf("wrote %s/index.html: serve %s (e.g. python3 -m http.server -d %s) and open it; nothing is fetched from outside\n",
+                out.c_str(), out.c_str(), out.c_str());
+}
+
+// The page: a box, a button, the predictions; ?text=... fills the box and presses the button,
+// ?report=URL posts the predictions there (the browser test's hook).
+const char* const kIndexHtml = R"html(<!doctype html>
+<html lang="zh"><head><meta charset="utf-8"><title>pipetrain: your model in the browser</title>
+<script type="importmap">{"imports": {"onnxruntime-web/webgpu": "./ort.webgpu.bundle.min.mjs", "onnxruntime-common": "./ort.webgpu.bundle.min.mjs"}}</script>
+<style>body { font: 16px sans-serif; margin: 2em; max-width: 50em } input { font-size: 1.2em } li { font-size: 1.2em }
+img { max-width: 100%; border: 1px solid #ddd; margin-top: 1em }</style></head><body>
+<h1>Your model, in this browser</h1>
+<p>Trained by pipetrain, exported to ONNX, run by transformers.js and onnxruntime-web (WebAssembly), all from this folder.</p>
+<input id="text" size="30" value="床前明[MASK]光"> <button id="go" disabled>Predict</button>
+<p id="status">loading the model…</p><ol id="predictions"></ol>
+<img src="loss.svg" alt="" onerror="this.remove()"><img src="timeline.svg" alt="" onerror="this.remove()">
+<script type="module">
+import { pipeline, env } from "./transformers.web.min.js";
+env.allowRemoteModels = false;   // everything from this folder
+env.allowLocalModels = true;
+env.localModelPath = new URL("./", location.href).pathname;   // a path: a full URL would count as remote
+env.useBrowserCache = false;
+env.backends.onnx.wasm.wasmPaths = { mjs: new URL("./ort-wasm-simd-threaded.asyncify.mjs", location.href).href,
+                                     wasm: new URL("./ort-wasm-simd-threaded.asyncify.wasm", location.href).href };
+env.backends.onnx.wasm.numThreads = 1;   // threads need a cross-origin-isolated page
+const task = "@TASK@", status = document.getElementById("status"), go = document.getElementById("go");
+const params = new URLSearchParams(location.search);
+try {
+  const run = await pipeline(task, "model", { dtype: "fp32", device: "wasm" });
+  status.textContent = task === "fill-mask" ? "type a sentence with [MASK]" : "type a sentence";
+  go.disabled = false;
+  go.addEventListener("click", async () => {
+    const text = document.getElementById("text").value;
+    const out = await run(text, task === "fill-mask" ? { top_k: 5 } : { top_k: null });
+    const rows = out.map((o) => ({ token_str: o.token_str ?? o.label, score: o.score }));
+    const list = document.getElementById("predictions");
+    list.replaceChildren(...rows.map((r) => { const li = document.createElement("li");
+                                              li.textContent = `${r.token_str}  ${r.score.toFixed(4)}`; return li; }));
+    status.textContent = "done";
+    if (params.get("report")) await fetch(params.get("report"), { method: "POST", body: JSON.stringify(rows) });
+  });
+  if (params.has("text")) { document.getElementById("text").value = params.get("text"); go.click(); }
+} catch (e) { status.textContent = "error: " + e.message; }
+</script></body></html>
+)html";
+
+}  // namespace
+
+int export_main(const std::vector<std::string>& argv) {
+    Args a(argv, {"--model", "--out", "--task-type", "--js"}, {"--onnx", "--web"});
+    if (a.has("--onnx") == a.has("--web")) throw std::runtime_error("--onnx or --web: give one (the export's format)");
+    const std::string dir = a.required("--model"), out = a.required("--out");
+    ModelConfig cfg = load_model_config(dir);
+    const int task = int(a.integer("--task-type", 0, 0, cfg.use_task_id ? cfg.task_type_vocab_size - 1 : 0));
+    if (a.has("--onnx")) export_onnx(dir, out, task, cfg);
+    else export_web(dir, out, a.required("--js"), task, cfg);
     return 0;
 }
 

@@ -23,7 +23,7 @@ fi
 # Installed when apt can; without them fuzzing is skipped, never an error. PIPETRAIN_NO_OPTIONAL=1
 # skips the attempt (tests/doc_commands.py runs scripts/run.sh three times; one try is enough).
 [ "${PIPETRAIN_NO_OPTIONAL:-0}" = 1 ] && exit 0
-optional=(clang libclang-rt-14-dev python3-onnx)   # python3-onnx: onnx.checker on exported models (tests)
+optional=(clang libclang-rt-14-dev python3-onnx chromium)   # python3-onnx, chromium: the ONNX and browser checks (tests)
 missing=()
 for p in "${optional[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
       apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1; then
     echo "setup: installed ${missing[*]} (optional, for scripts/fuzz.sh and the ONNX checks)"
   else
-    echo "setup: optional ${missing[*]} not installed here; without them scripts/fuzz.sh and the ONNX checker case skip" \
+    echo "setup: optional ${missing[*]} not installed here; without them scripts/fuzz.sh, the ONNX checker case and the browser case skip" \
          "(sudo apt-get install -y ${missing[*]})"
   fi
 fi

@@ -261,6 +261,23 @@ nlohmann::json pipeline_js(const std::string& args) {
     return nlohmann::json::parse(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1));
 }
 
+// The 5 predictions `shown` (JSON [{token_str, score}, ...]) are `pipetrain fill-mask`'s for 床前明[MASK]光:
+// the same tokens in order, the same scores to the 4 decimals pipetrain prints.
+void same_top5_as_pipetrain(const std::string& model, const nlohmann::json& shown) {
+    Run ours = test::run_cli("fill-mask --model " + model + " 床前明[MASK]光");   // "[MASK] 1 (position 4):  为 0.0054  模 0.0053 ..."
+    REQUIRE_MESSAGE(ours.code == 0, ours.out);
+    std::istringstream words(ours.out.substr(ours.out.find("):") + 2));
+    REQUIRE(shown.size() == 5);
+    for (int k = 0; k < 5; k++) {
+        std::string token;
+        double score = 0;
+        words >> token >> score;
+        CAPTURE(k);
+        CHECK(shown[k]["token_str"].get<std::string>() == token);
+        CHECK(std::abs(shown[k]["score"].get<double>() - score) <= 0.51e-4);
+    }
+}
+
 std::string exported(const std::string& model) {
     const std::string out = test::temp_dir("onnx_pipe") + "/model";
     Run e = test::run_cli("export --model " + model + " --onnx --out " + out);
@@ -271,19 +288,7 @@ std::string exported(const std::string& model) {
 
 TEST_CASE("transformers.js fill-mask on an export: pipetrain fill-mask's top 5 for 床前明[MASK]光, in order, same scores") {
     const std::string model = trained("pipe_mlm", "--data " + kSample + " --steps 20");
-    Run ours = test::run_cli("fill-mask --model " + model + " 床前明[MASK]光");   // "[MASK] 1 (position 4):  为 0.0054  模 0.0053 ..."
-    REQUIRE_MESSAGE(ours.code == 0, ours.out);
-    std::istringstream words(ours.out.substr(ours.out.find("):") + 2));
-    nlohmann::json js = pipeline_js("fill-mask " + exported(model) + " '床前明[MASK]光'");
-    REQUIRE(js.size() == 5);
-    for (int k = 0; k < 5; k++) {
-        std::string token;
-        double score = 0;
-        words >> token >> score;
-        CAPTURE(k);
-        CHECK(js[k]["token_str"].get<std::string>() == token);
-        CHECK(std::abs(js[k]["score"].get<double>() - score) <= 0.51e-4);   // pipetrain prints 4 decimals
-    }
+    same_top5_as_pipetrain(model, pipeline_js("fill-mask " + exported(model) + " '床前明[MASK]光'"));
 }
 
 TEST_CASE("transformers.js text-classification on an export: every label's probability within 1e-5 of pipetrain's") {
@@ -344,19 +349,7 @@ TEST_CASE("export --web: headless Chromium runs the page from 127.0.0.1 and show
     browser.signal(SIGKILL);
     INFO(server.out);
     REQUIRE(reported);
-    nlohmann::json shown = nlohmann::json::parse(server.out.substr(server.out.find('[')));
-    Run ours = test::run_cli("fill-mask --model " + model + " 床前明[MASK]光");
-    REQUIRE(ours.code == 0);
-    std::istringstream words(ours.out.substr(ours.out.find("):") + 2));
-    REQUIRE(shown.size() == 5);
-    for (int k = 0; k < 5; k++) {
-        std::string token;
-        double score = 0;
-        words >> token >> score;
-        CAPTURE(k);
-        CHECK(shown[k]["token_str"].get<std::string>() == token);
-        CHECK(std::abs(shown[k]["score"].get<double>() - score) <= 0.51e-4);
-    }
+    same_top5_as_pipetrain(model, nlohmann::json::parse(server.out.substr(server.out.find('['))));
     Run no_js = test::run_cli("export --model " + model + " --web --out " + site + "2 --js /nonexistent");
     CHECK(no_js.code == 1);
     CHECK(no_js.out.find("--js: /nonexistent/@huggingface/transformers/dist/transformers.web.min.js not found") != std::string::npos);

@@ -23,7 +23,6 @@
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/io.hpp"
 #include "src/formats/onnx.hpp"
-#include "src/formats/tokenizer_json.hpp"
 
 namespace pt {
 
@@ -169,15 +168,7 @@ void export_onnx(const std::string& dir, const std::string& out, int task, const
     if (!external.empty()) write_file_atomic(out + "/onnx/model.onnx_data", external);
     write_file_atomic(out + "/onnx/model.onnx", model);
     write_config(out, cfg, task);
-    if (!vocab.empty()) {
-        std::string text;
-        for (const std::string& t : vocab) text += t + "\n";
-        write_file_atomic(out + "/vocab.txt", text);
-        TokenizerFiles t = tokenizer_files(vocab, cfg.max_position_embeddings);
-        write_file_atomic(out + "/tokenizer.json", t.tokenizer_json);
-        write_file_atomic(out + "/tokenizer_config.json", t.tokenizer_config_json);
-        write_file_atomic(out + "/special_tokens_map.json", t.special_tokens_map_json);
-    }
+    if (!vocab.empty()) write_vocab_files(out, vocab, cfg.max_position_embeddings);
     std::printf("wrote %s/onnx/model.onnx (%.1f MB, opset 17%s) and its config and tokenizer files\n", out.c_str(),
                 (model.size() + external.size()) / 1e6, external.empty() ? "" : ", weights in model.onnx_data");
 }

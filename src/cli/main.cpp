@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "src/formats/lifecycle.hpp"
 #include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
 #include "src/formats/checkpoint.hpp"
+#include "src/formats/lifecycle.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/device.hpp"
 

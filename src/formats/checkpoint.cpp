@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "src/formats/io.hpp"
-#include "src/formats/tokenizer_json.hpp"
 #include "src/formats/json.hpp"
 #include "src/formats/lifecycle.hpp"
 #include "src/formats/tokenizer.hpp"
+#include "src/formats/tokenizer_json.hpp"
 #include "src/formats/config_json.hpp"
 
 namespace pt {
@@ -260,16 +260,20 @@ void load_weights(const std::string& dir, const std::vector<Layer*>& layers, boo
     load_weights(c, layers);
 }
 
-void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines) {
+void write_vocab_files(const std::string& dir, const std::vector<std::string>& vocab_lines, int model_max_length) {
     std::string vocab;
     for (const std::string& tok : vocab_lines) vocab += tok + "\n";
-    write_file_atomic(dir + "/config.json", config_to_json(cfg));
     write_file_atomic(dir + "/vocab.txt", vocab);
     // The same vocabulary for Hugging Face's fast tokenizers and transformers.js.
-    TokenizerFiles t = tokenizer_files(vocab_lines, cfg.max_position_embeddings);
+    TokenizerFiles t = tokenizer_files(vocab_lines, model_max_length);
     write_file_atomic(dir + "/tokenizer.json", t.tokenizer_json);
     write_file_atomic(dir + "/tokenizer_config.json", t.tokenizer_config_json);
     write_file_atomic(dir + "/special_tokens_map.json", t.special_tokens_map_json);
+}
+
+void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines) {
+    write_file_atomic(dir + "/config.json", config_to_json(cfg));
+    write_vocab_files(dir, vocab_lines, cfg.max_position_embeddings);
 }
 
 void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
@@ -327,24 +331,31 @@ std::string vocab_file(const std::string& dir) {
     return "";
 }
 
-std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg) {
-    std::string path = vocab_file(dir);
-    if (path.empty()) return {};
-    Tokenizer tok = path.size() > 15 && path.compare(path.size() - 15, 15, "/tokenizer.json") == 0
-                        ? Tokenizer(vocab_from_tokenizer_json(path), path)
-                        : Tokenizer::from_file(path);
+namespace {
+// The tokenizer in `path` (vocab.txt, or tokenizer.json), at most vocab_size tokens.
+Tokenizer read_vocab(const std::string& path, const ModelConfig& cfg) {
+    const bool json = path.size() > 15 && path.compare(path.size() - 15, 15, "/tokenizer.json") == 0;
+    Tokenizer tok = json ? Tokenizer(vocab_from_tokenizer_json(path), path) : Tokenizer::from_file(path);
     if (tok.size() > size_t(cfg.vocab_size))
         fail(path, std::to_string(tok.size()) + " tokens but the model's vocab_size is " +
                        std::to_string(cfg.vocab_size) + " (more tokens than embedding rows)");
+    return tok;
+}
+}  // namespace
+
+std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg) {
+    std::string path = vocab_file(dir);
+    if (path.empty()) return {};
+    Tokenizer tok = read_vocab(path, cfg);
     std::vector<std::string> lines;
     for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
     return lines;
 }
 
 Tokenizer load_tokenizer(const std::string& dir, const ModelConfig& cfg) {
-    std::vector<std::string> lines = load_vocab_lines(dir, cfg);
-    if (lines.empty()) fail(dir + "/vocab.txt", "missing (and no tokenizer.json): text cannot be tokenized for this model");
-    return Tokenizer(lines, vocab_file(dir));
+    std::string path = vocab_file(dir);
+    if (path.empty()) fail(dir + "/vocab.txt", "missing (and no tokenizer.json): text cannot be tokenized for this model");
+    return read_vocab(path, cfg);
 }
 
 }  // namespace pt

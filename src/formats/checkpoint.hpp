@@ -23,9 +23,12 @@ namespace pt {
 void save_model_dir(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                     const std::vector<Layer*>& layers, const std::string& format = "hf");
 // The pieces of a model directory, each written atomically into an existing (staging) directory:
-// config.json and vocab.txt (a weights file, the whole model or one shard of it: write_weights, src/ernie.hpp).
+// config.json and write_vocab_files' (a weights file, the whole model or one shard of it: write_weights, src/ernie.hpp).
 void write_model_info(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines);
-// The same three files written into an existing (staging) directory, each atomically.
+// dir/vocab.txt and, for Hugging Face's fast tokenizers and transformers.js, tokenizer.json,
+// tokenizer_config.json and special_tokens_map.json (src/formats/tokenizer_json.hpp).
+void write_vocab_files(const std::string& dir, const std::vector<std::string>& vocab_lines, int model_max_length);
+// save_model_dir's files (config, vocabulary, weights) written into an existing (staging) directory, each atomically.
 void write_model_files(const std::string& dir, const ModelConfig& cfg, const std::vector<std::string>& vocab_lines,
                        const std::vector<Layer*>& layers, const std::string& format = "hf");
 

@@ -1,7 +1,7 @@
 // src/ernie.hpp — ERNIE in one room: what turns a Hugging Face or PaddleNLP ERNIE checkpoint into
 // this model, on data the formats layer has already read (src/formats/ reads and writes the bytes:
 // safetensors, shards, vocab.txt, the lifecycle). Read it in order:
-//   1. config.json (a parsed JSON value) ↔ ModelConfig;
+//   1. config.json ↔ ModelConfig is in src/formats/config_json.hpp (the keys, the defaults and why);
 //   2. tensor names: Hugging Face ↔ PaddleNLP ↔ the model's parameters, and the Linear transposes;
 //   3. a checkpoint's tensors → the model's layers (already checked by the formats), and back to a file;
 //   4. the tokenizer's rules: BasicTokenizer (clean, CJK spacing, lowercase + accents, punctuation)
@@ -15,22 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "src/config.hpp"
 #include "src/model.hpp"
 #include "src/formats/safetensors.hpp"   // st::File: a parsed file's names, dtypes, shapes and bytes
 
 namespace pt {
-
-// ---- 1. config.json ↔ ModelConfig ----------------------------------------------------------
-
-// Throws a one-line error naming `source` when the shape is impossible.
-void check_config(const ModelConfig& c, const std::string& source);
-// Hugging Face's config.json (and PaddleNLP's model_config.json, old init_args form included), read
-// strictly: keys that decide the shape must be present, since Hugging Face and PaddleNLP defaults differ.
-ModelConfig config_from_json(nlohmann::json j, const std::string& source);
-std::string config_to_json(const ModelConfig& c);   // every key written out, Hugging Face names
 
 // ---- 2. names: Hugging Face ↔ PaddleNLP ----------------------------------------------------
 //   hf     ErnieForMaskedLM names, Linear weights [out, in], LayerNorm weight/bias or gamma/beta;

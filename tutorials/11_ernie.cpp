@@ -16,6 +16,7 @@
 #include "src/ernie.hpp"
 #include "src/batch.hpp"
 #include "src/formats/checkpoint.hpp"   // map_checkpoint: a file's tensors → ernie's names
+#include "src/formats/config_json.hpp"
 #include "src/formats/io.hpp"
 #include "src/formats/json.hpp"
 #include "src/formats/safetensors.hpp"

@@ -21,6 +21,7 @@
 #include "src/cli/commands.hpp"
 #include "src/ernie.hpp"
 #include "src/formats/checkpoint.hpp"
+#include "src/formats/config_json.hpp"
 #include "src/formats/io.hpp"
 #include "src/formats/onnx.hpp"
 

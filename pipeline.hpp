@@ -399,7 +399,7 @@ class Comm {
     virtual void recv(void* data, std::size_t bytes, int peer, int tag) = 0;
     virtual void group(const std::vector<P2POp>& ops) = 0;  // posted together, returns when all done
     virtual void abort(const std::string& why) = 0;  // wakes every blocked rank with an error
-    // In-place sum over `ranks` in that order (identical bits everywhere), and a barrier: the step after
+    // In-place sum over `ranks` in one fixed order (identical bits everywhere), and a barrier: the step after
     // the Pipeline uses them (data parallelism, tied weights, the gradient norm); by default they throw.
     virtual void allreduce_sum(float*, std::size_t, const std::vector<int>&) { missing("allreduce_sum"); }
     virtual void allreduce_sum(double*, std::size_t, const std::vector<int>&) { missing("allreduce_sum"); }

@@ -17,7 +17,7 @@ shopt -s nullglob
 core=(pipeline.hpp)
 lesson_files=(kernels/ops.hpp kernels/ops.inc kernels/bf16.hpp kernels/philox.hpp kernels/cpu/gemm_chain.hpp
   kernels/cpu/{gemm,layernorm,activations,attention,crossentropy,embedding,dropout,adamw}.cpp
-  src/{config,model,batch,stage,comm,step,train_step,ernie}.{hpp,cpp} src/tags.hpp)
+  src/{config,model,batch,stage,comm,step,train_step,ernie}.{hpp,cpp} src/tags.hpp src/pairwise.hpp)
 lab=(pipeline_lab.hpp)
 speed=(kernels/cpu/gemm_blocked.cpp kernels/cpu/threads.cpp kernels/cpu/parallel.hpp kernels/cpu/vecmath.hpp)
 reliability=(src/mpi_comm.{hpp,cpp} src/watchdog.{hpp,cpp} src/cli/interrupt.{hpp,cpp})
@@ -49,7 +49,7 @@ table() {
   echo "|---|---|---:|---|"
   row "core header" '`pipeline.hpp`: actions and schedules, GPipe, 1F1B, interleaved, the plain send plan, validate, Stage/Comm, the Pipeline executor' \
     "~$core_budget" "${core[@]}"
-  row "lesson" 'the core + `kernels/ops.*` + the CPU spec kernels (`kernels/cpu/`) + `src/{config,model,batch,stage,comm,step,train_step,ernie}`' \
+  row "lesson" 'the core + `kernels/ops.*` + the CPU spec kernels (`kernels/cpu/`) + `src/{config,model,batch,stage,comm,step,train_step,ernie,pairwise}`' \
     "~$lesson_budget" "${lesson[@]}"
   row "schedules lab" '`pipeline_lab.hpp`: the zero-bubble family, ZB-V, DualPipeV, looped BFS, late-send plans, simulate, auto, timeline, partition' \
     "none; each schedule one function" "${lab[@]}"

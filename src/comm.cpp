@@ -10,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "src/pairwise.hpp"
 #include "src/watchdog.hpp"
 
 namespace pt {
@@ -106,7 +107,9 @@ void ThreadComm::group(const std::vector<pp::P2POp>& ops) {
         if (!op.send) take(0, op.data, op.bytes, op.peer, op.tag);
 }
 
-// Reduce to ranks[0] in the order of `ranks`, then broadcast: every rank gets the same bits.
+// Reduce to ranks[0], then broadcast: every rank gets the same bits. The sum is PairwiseSum's
+// tree over the positions in `ranks` (up to 3 ranks the left fold ((x0 + x1) + x2)), so D replicas'
+// gradient trees complete the tree of one device (src/pairwise.hpp).
 template <typename T>
 void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
@@ -118,16 +121,22 @@ void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks
         take(1, data, n * sizeof(T), root, kResultTag);
         return;
     }
-    pt::Array<T> other(n, pt::device_of(data));
+    pt::Device where = pt::device_of(data);
+    if (!std::is_same_v<T, float> && where.cuda) throw std::logic_error("allreduce_sum(double*): GPU data is not supported");
+    pt::PairwiseSum<pt::Array<T>> sum([n](pt::Array<T>& into, pt::Array<T>& from) {
+        if constexpr (std::is_same_v<T, float>) pt::dev::accumulate(into.data(), from.data(), int(n));   // on its device
+        else for (size_t i = 0; i < n; i++) into[i] += from[i];   // float64 (the loss, norm partials): host only
+    });
+    pt::Array<T> mine;
+    mine.assign(data, n, where);
+    sum.push(std::move(mine));
     for (size_t k = 1; k < ranks.size(); k++) {
+        pt::Array<T> other(n, where);
         take(1, other.data(), n * sizeof(T), ranks[k], kReduceTag);
-        if constexpr (std::is_same_v<T, float>) {
-            pt::dev::accumulate(data, other.data(), int(n));   // on the GPU when the data is there
-        } else {   // float64 (the loss, norm partials) is host data only
-            if (pt::device_of(data).cuda) throw std::logic_error("allreduce_sum(double*): GPU data is not supported");
-            for (size_t i = 0; i < n; i++) data[i] += other[i];
-        }
+        sum.push(std::move(other));
     }
+    pt::Array<T> total = sum.finish();
+    pt::copy_bytes(data, total.data(), n * sizeof(T));
     for (size_t k = 1; k < ranks.size(); k++) post(1, data, n * sizeof(T), ranks[k], kResultTag);
 }
 

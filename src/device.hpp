@@ -9,6 +9,7 @@
 // In a build without CUDA, or on a machine without a GPU, only the CPU exists and asking for a
 // GPU is a one-line error.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -72,6 +73,10 @@ class Array {
         reserve(n, d);
         if (device_.cuda) detail::zero(ptr_, n * sizeof(T));
         else host_.assign(n, T(0));
+    }
+    void zero() {   // zeros in place, the storage kept (a reused buffer)
+        if (device_.cuda) detail::zero(ptr_, n_ * sizeof(T));
+        else std::fill(host_.begin(), host_.end(), T(0));
     }
     // n elements whose contents the caller is about to overwrite: no zeros written (a forward's
     // outputs; zeroing them was ~5% of a CPU step).

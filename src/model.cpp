@@ -50,7 +50,25 @@ void Layer::finish_params() {
     grads.zeros(n);
 }
 
-void Layer::to(Device d) { move_to(params, d), move_to(grads, d); }
+void Layer::to(Device d) { move_to(params, d), move_to(grads, d), spare_.clear(); }
+
+void Layer::sum_micro_batches(int M) {
+    sum_of_ = M > 1 ? M : 0;
+    if (tree_.leaves()) spare_.push_back(tree_.finish());   // an unfinished step's (an error ended it)
+}
+
+void Layer::backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt) {
+    if (!sum_of_) return weight_grads(stash, mb, opt);
+    Buf leaf;   // (params): this micro-batch's gradients alone, added into zeros
+    if (spare_.empty()) leaf.zeros(grads.size(), grads.device());
+    else leaf.swap(spare_.back()), spare_.pop_back(), leaf.zero();
+    leaf.swap(grads), weight_grads(stash, mb, opt), leaf.swap(grads);
+    tree_.push(std::move(leaf));
+    if (int(tree_.leaves()) < sum_of_) return;
+    Buf total = tree_.finish();
+    dev::accumulate(grads.data(), total.data(), int(grads.size()));
+    spare_.clear();   // the tree's ⌈log2 M⌉ + 1 buffers live only from the first backward to the last
+}
 
 namespace {
 
@@ -213,7 +231,7 @@ class Embedding : public Layer {
         dev::layernorm_backward(s.de.data(), nullptr, nullptr, s.dy.data(), s.e.data(), param(lnw_), s.mean.data(),
                                 s.rstd.data(), N, C);
     }
-    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions&) override {
+    void weight_grads(Stash& st, const MicroBatch& mb, const RunOptions&) override {
         auto& s = static_cast<EmbeddingStash&>(st);
         int N = mb.B * mb.T, C = cfg_.hidden_size;
         const Array<int32_t>& pos = positions(mb.B, mb.T);   // (B, T)
@@ -360,7 +378,7 @@ class Block : public Layer {
         linear_backward_input(opt, din, s.dv.data(), param(wv_), N, C, C);
     }
 
-    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
+    void weight_grads(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<BlockStash&>(st);
         int C = cfg_.hidden_size, I = cfg_.intermediate_size, N = mb.B * mb.T;
         dev::layernorm_backward(nullptr, grad(ln2w_), grad(ln2b_), s.dy.data(), s.r2.data(), param(ln2w_), s.mean2.data(), s.rstd2.data(), N, C);
@@ -465,7 +483,7 @@ class Head : public Layer {
         dev::embedding_backward(din, dh.data(), s.rows_dev.data(), n, C);   // din (B*T, C): scatter-add to the rows
     }
 
-    void backward_weight(Stash& st, const MicroBatch&, const RunOptions& opt) override {
+    void weight_grads(Stash& st, const MicroBatch&, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, V = cfg_.vocab_size, n = int(s.rows.size());
         if (n == 0) return;
@@ -535,7 +553,7 @@ class ClassifierHead : public Layer {
         dev::embedding_backward(din, dh.data(), s.rows_dev.data(), B, C);   // din (B*T, C): back to the [CLS] rows
     }
 
-    void backward_weight(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
+    void weight_grads(Stash& st, const MicroBatch& mb, const RunOptions& opt) override {
         auto& s = static_cast<HeadStash&>(st);
         int C = cfg_.hidden_size, L = cfg_.num_labels, B = mb.B;
         linear_backward_weight(opt, grad(cw_), grad(cb_), s.dlogits.data(), s.u.data(), B, C, L);

@@ -16,6 +16,7 @@
 
 #include "src/config.hpp"
 #include "src/device.hpp"
+#include "src/pairwise.hpp"
 
 namespace pt {
 
@@ -96,7 +97,13 @@ class Layer {
     // (ignored by the Head, whose output is the loss). May keep gradients in the stash for BW.
     virtual void backward_input(float* din, const float* dout, Stash& stash, const MicroBatch& mb,
                                 const RunOptions& opt) = 0;
-    virtual void backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt) = 0;
+    // grads += this micro-batch's parameter gradients. After sum_micro_batches(M) (M > 1; every
+    // TransformerStage::begin_step says it), each micro-batch's are computed alone and summed in
+    // the fixed tree of PairwiseSum, and the M-th call adds the sum to grads; the calls must come
+    // in micro-batch order. That sum's bits do not depend on how the replicas cut the batch.
+    void backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt);
+    void sum_micro_batches(int M);   // starts a step's tree; M ≤ 1: straight into grads
+    bool summing() const { return tree_.leaves() > 0; }   // a step's tree waits for more micro-batches
 
     // Deterministic init from (seed, parameter name): a layer initializes the same numbers on
     // one device and on any pipeline stage.
@@ -107,7 +114,16 @@ class Layer {
     float* param(size_t off) { return params.data() + off; }
     float* grad(size_t off) { return grads.data() + off; }
     void finish_params();   // sizes params/grads once every add_param is done
+    virtual void weight_grads(Stash& stash, const MicroBatch& mb, const RunOptions& opt) = 0;   // grads +=
     int index_;
+
+ private:
+    int sum_of_ = 0;   // micro-batches in this step's tree (0: none)
+    std::vector<Buf> spare_;   // gradient-sized buffers for the tree's leaves, reused within a step
+    PairwiseSum<Buf> tree_{[this](Buf& into, Buf& from) {
+        dev::accumulate(into.data(), from.data(), int(into.size()));
+        spare_.push_back(std::move(from));
+    }};
 };
 
 // The model as pipeline layers: [Embedding, Block 0..N-1, Head]; num_model_layers() = N + 2.

@@ -55,6 +55,7 @@ void run_mpi_rank(MpiWorld& world, const std::function<void(pp::Comm& comm)>&) {
 #include <thread>
 
 #include "src/device.hpp"
+#include "src/pairwise.hpp"
 #include "src/watchdog.hpp"
 
 // Every MPI call: file:line, MPI's error string and the call, then throw. The communicators return
@@ -400,14 +401,13 @@ void MpiComm::barrier() {
 // may differ from ThreadComm's and between runs. This one gives ThreadComm's bits and still scales:
 //
 //   reduce-scatter  the D members split [0, n) into D slices; member k owns slice k and receives
-//                   every other member's copy of it, then adds them in the order of `ranks`:
-//                   out[i] = ((x_0[i] + x_1[i]) + x_2[i]) + ... (its own copy at its position);
+//                   every other member's copy of it, then adds them in PairwiseSum's tree over the
+//                   positions of `ranks`: out[i] = (x_0[i] + x_1[i]) + (x_2[i] + x_3[i]) ...;
 //   all-gather      each owner sends its summed slice to every other member.
 //
-// Each element is the same left fold as ThreadComm's reduce-to-ranks[0] (which starts from
-// ranks[0]'s data and adds ranks[1], ranks[2], ... in turn): addition happens element by element,
-// so splitting [0, n) into slices changes who adds, never the order of the additions, and the bits
-// are identical. Each member sends and receives about 2n(D-1)/D elements, rank 0 no more than others.
+// Each element is the same tree as ThreadComm's reduce-to-ranks[0]: addition happens element by
+// element, so splitting [0, n) into slices changes who adds, never the order of the additions, and
+// the bits are identical. Each member sends and receives about 2n(D-1)/D elements, rank 0 no more than others.
 template <typename T>
 void MpiComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
     const int me_rank = rank();
@@ -447,9 +447,12 @@ void MpiComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
     wait_all(ops, me_rank, timeout);
     theirs[me].assign(x + mine, x + mine + mine_n);
     T* out = x + mine;
-    std::copy(theirs[0].begin(), theirs[0].end(), out);
-    for (std::size_t k = 1; k < D; k++)
-        for (std::size_t i = 0; i < mine_n; i++) out[i] += theirs[k][i];
+    pt::PairwiseSum<std::vector<T>> sum([](std::vector<T>& into, std::vector<T>& from) {
+        for (std::size_t i = 0; i < into.size(); i++) into[i] += from[i];
+    });
+    for (std::size_t k = 0; k < D; k++) sum.push(std::move(theirs[k]));
+    std::vector<T> total = sum.finish();
+    std::copy(total.begin(), total.end(), out);
 
     // All-gather: my summed slice out, every other slice in, straight into place.
     ops.assign(2 * (D - 1), Pending());

@@ -30,7 +30,9 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, std::vector<std::vect
 void TransformerStage::begin_step(const Batch* batch, int mb_rows, int first_microbatch, uint32_t step,
                                   float loss_scale) {
     batch_ = batch, mb_rows_ = mb_rows, first_mb_ = first_microbatch, step_ = step, loss_scale_ = loss_scale;
-    loss_sum_ = 0, num_targets_ = 0;
+    int M = mb_rows > 0 ? batch->B / mb_rows : 0;
+    losses_.assign(size_t(M), 0.0), num_targets_ = 0;
+    for (Layer* l : layers()) l->sum_micro_batches(M);   // each layer's gradient tree
     inflight_.clear();
     outputs_.clear();
     if (current_device().cuda) {
@@ -38,6 +40,13 @@ void TransformerStage::begin_step(const Batch* batch, int mb_rows, int first_mic
         tasks_.assign(batch->task_type_ids), mask_.assign(batch->attention_mask);
     }
     live_bytes_ = 0, live_ = 0;
+}
+
+// The micro-batches' losses in the gradients' tree: the same bits for any cut into replicas.
+double TransformerStage::loss_sum() const {
+    PairwiseSum<double> sum([](double& into, double& from) { into += from; });
+    for (double l : losses_) sum.push(l);
+    return losses_.empty() ? 0.0 : sum.finish();
 }
 
 void TransformerStage::zero_grads() {
@@ -154,7 +163,7 @@ void TransformerStage::run_forward(InFlight& f, int m, int chunk, bool recomputi
     if (recomputing) return;
     if (head) {   // the head: its output is the loss
         auto& hs = static_cast<HeadStash&>(*f.stash.back());
-        loss_sum_ += hs.loss_sum, num_targets_ += hs.num_targets;
+        losses_.at(size_t(m)) = hs.loss_sum, num_targets_ += hs.num_targets;
     } else {
         Output& sent = outputs_[{false, m, chunk}];
         sent.v.swap(out), sent.v16.swap(out16);

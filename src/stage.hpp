@@ -33,7 +33,7 @@ class TransformerStage : public pp::Stage {
     // Micro-batch m of this step is rows [m*mb_rows, (m+1)*mb_rows) of `batch`; its global
     // index (the dropout key) is first_microbatch + m.
     void begin_step(const Batch* batch, int mb_rows, int first_microbatch, uint32_t step, float loss_scale);
-    double loss_sum() const { return loss_sum_; }       // summed over this step's micro-batches
+    double loss_sum() const;                           // summed over this step's micro-batches
     int64_t num_targets() const { return num_targets_; }
 
     void zero_grads();
@@ -82,7 +82,7 @@ class TransformerStage : public pp::Stage {
     int mb_rows_ = 0, first_mb_ = 0;
     uint32_t step_ = 0;
     float loss_scale_ = 1;
-    double loss_sum_ = 0;
+    std::vector<double> losses_;   // [micro-batch]: the head's loss sum (0 elsewhere)
     int64_t num_targets_ = 0;
     std::map<std::pair<int, int>, InFlight> inflight_;
     size_t live_bytes_ = 0, peak_bytes_ = 0;

@@ -115,9 +115,12 @@ std::vector<double> norm_partials(pp::Comm& comm, TransformerStage& stage, const
 }   // namespace
 
 void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at) {
-    tied_sum(comm, stage, cfg, at);
+    for (Layer* l : stage.layers())
+        if (l->summing()) throw std::logic_error("layer " + std::to_string(l->index()) + ": a micro-batch's backward is missing");
+    // The replicas first, each copy of the tied embedding apart, then the copies: the order of one device.
     if (at.D > 1)
         for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), at.data_parallel_group());
+    tied_sum(comm, stage, cfg, at);
 }
 
 // Clipping by the global gradient norm, AdamW, and the check of the tied copies.
@@ -150,7 +153,9 @@ double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, c
 double global_loss_sum(pp::Comm& comm, const TransformerStage& stage, const RankPlace& at, std::vector<double>* shared) {
     std::vector<double> reduced = {stage.loss_sum()};
     if (shared) reduced.insert(reduced.end(), shared->begin(), shared->end());
-    comm.allreduce_sum(reduced.data(), reduced.size(), at.everyone());
+    // Over the replicas (the loss in the gradients' tree), then over the stages (one holds it).
+    comm.allreduce_sum(reduced.data(), reduced.size(), at.data_parallel_group());
+    comm.allreduce_sum(reduced.data(), reduced.size(), at.pipeline_group());
     if (shared) std::copy(reduced.begin() + 1, reduced.end(), shared->begin());
     return reduced[0];
 }

@@ -116,6 +116,30 @@ TEST_CASE("processes write the bits of threads: --recompute full, dp 2 x pp 2") 
     same_bits(4, common(2) + " --dp 2 --micro-batches 2");
 }
 
+// The same micro-batches cut into P stages × D replicas of processes: one device's model (threads,
+// P = D = 1), and a checkpoint of 2 × 2 processes resumes as 4 × 1 processes with those bits too.
+TEST_CASE("processes: any P x D (1x4, 2x2, 4x1) writes one device's model; 2x2 resumes as 4x1") {
+    std::string flags = "--data " + kCorpus + " --batch 8 --seq 32 --steps 4 --dropout 0.1 --timeout 30";
+    std::string dir = test::temp_dir("mpi_pd");
+    Run one = test::run_cli("train --preset tiny " + flags + " --micro-batches 4 --out " + dir + "/one");
+    REQUIRE_MESSAGE(one.code == 0, one.out);
+    for (auto [P, D] : {std::pair{1, 4}, {2, 2}, {4, 1}}) {
+        std::string out = dir + "/p" + std::to_string(P) + "d" + std::to_string(D);
+        Run r = test::run_command(mpirun(P * D) + PT_CLI + " train --preset tiny " + flags + " --stages " + std::to_string(P) + " --dp " +
+                                  std::to_string(D) + " --micro-batches " + std::to_string(4 / D) +
+                                  (D == 2 ? " --save-every 2" : "") + " --comm mpi --out " + out);
+        INFO("P = " << P << ", D = " << D << ":\n" << r.out);
+        REQUIRE(r.code == 0);
+        CHECK(model_difference(out + "/model.safetensors", dir + "/one/model.safetensors") == "");
+        CHECK(test::value_after(r.out, "final loss ") == test::value_after(one.out, "final loss "));
+    }
+    Run r = test::run_command(mpirun(4) + PT_CLI + " train " + flags + " --resume " + dir + "/p2d2/checkpoint-2 --stages 4" +
+                              " --dp 1 --comm mpi --out " + dir + "/resumed");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    CHECK(model_difference(dir + "/resumed/model.safetensors", dir + "/one/model.safetensors") == "");
+}
+
 // With 2 ranks an all-reduce adds the same two numbers whatever its slice order; with 3 it does
 // not: the gradient sum of 3 replicas must be the threads' bits too.
 TEST_CASE("processes write the bits of threads: a 3-rank all-reduce (dp 3)") {

@@ -134,21 +134,43 @@ TEST_CASE("the comparison can fail: a different seed or M changes the bits") {
     CHECK(first_difference(a, b, 0) != "");   // M changes the summation order
 }
 
-TEST_CASE("D = 2 replicas equal one replica with twice the micro-batches within 1e-6") {
-    std::string one = train("dp1", "--stages 2 --micro-batches 4 --schedule 1f1b");
-    std::string two = train("dp2", "--stages 2 --micro-batches 2 --schedule 1f1b --dp 2");
-    CHECK(first_difference(one, two, 1e-6) == "");
-    std::string dp_alone = train("dp2p1", "--stages 1 --micro-batches 2 --dp 2");
-    CHECK(first_difference(one, dp_alone, 1e-6) == "");
-    // The first step's gradients (summed over replicas) agree too.
+// The same global batch in the same 4 micro-batches of 2 rows, cut into P stages × D replicas of
+// 4/D micro-batches each: every micro-batch's gradient is summed in one pairwise tree over the
+// global micro-batch index (src/pairwise.hpp), which the replicas and the all-reduce complete, so
+// the parameters, the gradients and the loss are one device's bits. (Before the tree, D = 2 was
+// within 1e-6 only: replicas summed their halves in a row, then the halves.)
+TEST_CASE("any P x D with the same micro-batches gives one device's bits: parameters, gradients, loss") {
+    auto loss = [](const std::string& model) {
+        std::string m = read_file(model.substr(0, model.rfind('/')) + "/metrics.jsonl");
+        return m.substr(m.rfind("\"loss\":"), 30);
+    };
+    std::string one = train("pd1x1", "--stages 1 --micro-batches 4");
+    int n = 0;
+    for (const char* layout : {"--stages 1 --dp 4 --micro-batches 1", "--stages 2 --dp 2 --micro-batches 2 --schedule 1f1b",
+                               "--stages 4 --dp 1 --micro-batches 4 --schedule zb-h1", "--stages 1 --dp 2 --micro-batches 2",
+                               "--stages 2 --dp 2 --micro-batches 2 --schedule interleaved --chunks 2 --recompute full",
+                               "--stages 2 --dp 4 --micro-batches 1 --schedule gpipe"}) {
+        std::string model = train("pd" + std::to_string(n++), layout);
+        CHECK_MESSAGE(first_difference(one, model, 0) == "", layout << " against one device");
+        CHECK_MESSAGE(loss(one) == loss(model), layout << ": the last step's loss in metrics.jsonl");
+    }
     std::string g1 = temp_dir("dpg1") + "/g.safetensors", g2 = temp_dir("dpg2") + "/g.safetensors";
     train("dpg1run", "--stages 2 --micro-batches 4 --dump-grads " + g1);
-    train("dpg2run", "--stages 2 --micro-batches 2 --dp 2 --dump-grads " + g2);
-    CHECK(first_difference(g1, g2, 1e-6) == "");
-    CHECK(first_difference(g1, g2, 0) != "");   // not bitwise: the replicas' sums round differently
-    // A replica that lost its gradient would be far outside the tolerance.
-    std::string lone = train("dp1m2", "--stages 2 --micro-batches 2", 4);
-    CHECK(first_difference(one, lone, 1e-6) != "");
+    train("dpg2run", "--stages 2 --micro-batches 1 --dp 4 --dump-grads " + g2);
+    CHECK(first_difference(g1, g2, 0) == "");
+    // The comparison can fail: a replica that lost its gradient, or other micro-batches.
+    CHECK(first_difference(one, train("dp1m2", "--stages 2 --micro-batches 2", 4), 1e-6) != "");
+    CHECK(first_difference(one, train("dp2m1", "--stages 1 --dp 2 --micro-batches 1"), 0) != "");   // 2 of 4 rows
+}
+
+// Bitwise needs each replica's M to be a power of two (its micro-batches then form one subtree
+// of the global tree); otherwise the replicas agree with one device to rounding.
+TEST_CASE("D = 2 replicas of M = 3 micro-batches equal one device's 6 within 1e-6, not bitwise") {
+    std::string one = train("pd6", "--stages 1 --micro-batches 6", 12);
+    std::string two = train("pd2x3", "--stages 2 --dp 2 --micro-batches 3", 12);
+    CHECK(first_difference(one, two, 1e-6) == "");
+    CHECK(first_difference(one, two, 0) != "");
+    CHECK(first_difference(one, train("pd3x2", "--stages 1 --dp 3 --micro-batches 2", 12), 0) == "");   // 6 = (4) + (2)
 }
 
 // Recompute on replica d rebuilds micro-batch m with the dropout masks its forward drew, whose

@@ -54,6 +54,29 @@ TEST_CASE("save every 2 steps, resume from step 2: the same bits as 4 uninterrup
     CHECK(seed.out.find("--seed") != std::string::npos);
 }
 
+// Every micro-batch's gradient is summed in one tree over the global micro-batch index
+// (src/pairwise.hpp), so a checkpoint resumes at any other (stages, replicas) with the same
+// micro-batches in all, bitwise; --micro-batches defaults to the checkpoint's count over the new --dp.
+TEST_CASE("resume 2x2 -> 4x1 -> 1x2 (stages x replicas): the bits of one device's uninterrupted run") {
+    const std::string common = " --data " + fixture("text/sample_zh.txt") +
+                               " --steps 6 --batch 8 --seq 16 --seed 5 --dropout 0.1 --save-every 2 --keep 3 ";
+    std::string one = temp_dir("pd_one"), a = temp_dir("pd_2x2"), b = temp_dir("pd_4x1"), c = temp_dir("pd_1x2");
+    REQUIRE(run_cli("train --preset tiny" + common + "--micro-batches 4 --out " + one).code == 0);
+    Run r = run_cli("train --preset tiny" + common + "--stages 2 --dp 2 --micro-batches 2 --out " + a);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    r = run_cli("train" + common + "--resume " + a + "/checkpoint-2 --stages 4 --dp 1 --schedule zb-h1 --out " + b);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    CHECK(r.out.find("4 stages × 1 replica, schedule zb-h1, 4 micro-batches of 2 rows") != std::string::npos);
+    r = run_cli("train" + common + "--resume " + b + "/checkpoint-4 --stages 1 --dp 2 --out " + c);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    CHECK(model_difference(c + "/model.safetensors", one + "/model.safetensors") == "");
+    // Other micro-batches in all (here 2 of 4 rows each) are refused, naming both counts.
+    Run m = run_cli("train" + common + "--resume " + b + "/checkpoint-4 --dp 2 --micro-batches 1 --out " + temp_dir("pd_bad"));
+    CHECK(m.code != 0);
+    CHECK(m.out.find("trained with 4 micro-batches in all (--dp × --micro-batches), not --dp 2 × --micro-batches 1") !=
+          std::string::npos);
+}
+
 TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
     const std::string common = " --data " + fixture("text/sample_zh.txt") + " --steps 4 --batch 4 --seq 16 --seed 5 ";
     std::string b = temp_dir("ckpts");

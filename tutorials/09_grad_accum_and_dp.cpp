@@ -28,7 +28,8 @@ int main() {
     std::printf("loss: big batch %.9g, 4 micro-batches %.9g\n", rb.loss, ra.loss);
     double rel = compare(acc, big, true);
     std::printf("look at: a relative difference of %.1e is float rounding (2^-24 = 6e-8): each weight gradient\n"
-                "is one GEMM over %d rows, or four GEMMs over %d rows added one after the other.\n\n", rel, B * T, B * T / 4);
+                "is one GEMM over %d rows, or four GEMMs over %d rows summed as (g0 + g1) + (g2 + g3).\n\n", rel,
+                B * T, B * T / 4);
 
     std::printf("== step 2: 2 replicas × 2 stages, 2 micro-batches each, against 1 replica × 4 micro-batches ==\n");
     pp::Schedule s2 = pp::one_f_one_b(2, 2), s4 = pp::one_f_one_b(2, 4);
@@ -42,9 +43,10 @@ int main() {
     std::printf("loss: dp %.9g, single %.9g\n", rd.loss, rp.loss);
     compare(dp, pp1, true);
     compare(dp, pp1, false);
-    std::printf("look at: dropout is on and still only rounding differs: replica 1's micro-batches carry the\n"
-                "global indices 2 and 3, so they draw the same masks as micro-batches 2 and 3 of the single\n"
-                "replica. The sums are (g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3.\n\n");
+    std::printf("look at: dropout is on and the bits are equal: replica 1's micro-batches carry the global\n"
+                "indices 2 and 3, so they draw the masks of micro-batches 2 and 3 of the single replica; each\n"
+                "replica sums its two gradients, g0 + g1 and g2 + g3, and the all-reduce adds those: the\n"
+                "pairwise tree (g0 + g1) + (g2 + g3) that one replica builds over four (src/pairwise.hpp).\n\n");
 
     std::printf("== step 3: what each costs ==\n");
     std::printf("simulated bubble: 2 stages × 4 micro-batches %.0f%%, each replica of 2 × 2: %.0f%%\n",

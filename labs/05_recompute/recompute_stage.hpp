@@ -88,6 +88,7 @@ inline void RecomputeStage::begin_step(const pt::Batch* batch, int mb_rows, int 
                                        float loss_scale) {
     batch_ = batch, mb_rows_ = mb_rows, first_mb_ = first_microbatch, step_ = step, loss_scale_ = loss_scale;
     inflight_.clear(), outputs_.clear();
+    for (pt::Layer* l : layers_) l->sum_micro_batches(batch->B / mb_rows);   // the lesson's gradient tree
 }
 
 inline RecomputeStage::InFlight& RecomputeStage::slot(int microbatch) {

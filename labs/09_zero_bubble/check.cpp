@@ -17,7 +17,7 @@ std::string sizes(int P, int M) { return "P=" + std::to_string(P) + ", M=" + std
 std::string str(int n) { return std::to_string(n); }
 
 const char* const kTailHint =
-    "the BWs still owed at the end go out oldest first (increasing micro-batch order, as one device adds "
+    "the BWs still owed at the end go out oldest first (increasing micro-batch order, as one device sums "
     "weight gradients); float addition is not associative, so another order gives other bits";
 const char* const kOneShortHint =
     "one backward early: a BW leaves when MORE than delay[rank] are owed (with delay 0, right after its own BI)";

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -249,9 +250,25 @@ nlohmann::json read_trainer_state(const std::string& dir) {
     return parse_trainer_state(read_file(path), path);
 }
 
+std::string json_number(double x) {   // 4 as "4", 2.5 as "2.5" (which an integer flag then refuses)
+    return x == std::floor(x) && std::fabs(x) < 1e15 ? std::to_string((long long)x) : nlohmann::json(x).dump();
+}
+
+// The micro-batches in all (--dp × --micro-batches) the checkpoint was trained with; a checkpoint
+// from before "dp" was recorded counts per replica, as it was compared then.
+double saved_micro_batches(const nlohmann::json& saved, long long D) {
+    double M = saved.contains("micro-batches") ? saved["micro-batches"].get<double>() : 0;
+    return M * (saved.contains("dp") ? saved["dp"].get<double>() : double(D));
+}
+
 void check_resume_state(TrainRun& w, const std::string& dir, const nlohmann::json& saved) {
+    // Any (--stages, --dp) resumes bitwise with the same micro-batches in all (src/pairwise.hpp).
+    if (double all = saved_micro_batches(saved, w.D); all != double(w.D) * w.M)
+        throw std::runtime_error("--micro-batches: the checkpoint " + dir + " was trained with " + json_number(all) +
+                                 " micro-batches in all (--dp × --micro-batches), not --dp " + std::to_string(w.D) +
+                                 " × --micro-batches " + std::to_string(w.M) + ": their size and dropout masks would change");
     for (const auto& [key, value] : w.state.items())
-        if (!saved.contains(key) || saved[key] != value)
+        if (key != "dp" && key != "micro-batches" && (!saved.contains(key) || saved[key] != value))
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
                                      (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " +
                                      value.dump() + ": omit --" + key + " to continue with the checkpoint's");
@@ -266,7 +283,12 @@ void check_resume_state(TrainRun& w, const std::string& dir, const nlohmann::jso
 // the run; given ones must match them (check_resume_state), except --save-format.
 void resume_defaults(Args& a, const nlohmann::json& saved) {
     for (const auto& [key, value] : saved.items())   // the allow-listed keys (read_trainer_state)
-        if (key != "step") a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
+        if (key != "step" && key != "micro-batches")
+            a.set_default("--" + key, value.is_string() ? value.get<std::string>() : value.dump());
+    // Another --dp keeps the micro-batches in all: each replica gets its share of them.
+    long long D = a.integer("--dp", 1, 1, 64);
+    double all = saved_micro_batches(saved, D);
+    if (saved.contains("micro-batches")) a.set_default("--micro-batches", json_number(std::fmod(all, D) == 0 ? all / D : all));
 }
 
 // After the last step: every rank's timeline of it, on rank 0's clock, to rank 0.

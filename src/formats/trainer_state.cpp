@@ -9,8 +9,8 @@
 
 namespace pt {
 
-const char* const kTrainerStateKeys[13] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps",
-                                           "clip", "weight-decay", "dropout", "micro-batches", "save-format"};
+const char* const kTrainerStateKeys[14] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps",
+                                           "clip", "weight-decay", "dropout", "micro-batches", "dp", "save-format"};
 
 nlohmann::json parse_trainer_state(const std::string& text, const std::string& path) {
     nlohmann::json saved = parse_json(text, path);

@@ -5,7 +5,8 @@
 #   bench_cpu_peer.py inputs  --preset small --batch 16 --seq 128 --out F.safetensors
 #       writes the fixed MLM batch both sides train on (15% of positions carry a label)
 #   bench_cpu_peer.py train   --preset small --inputs F.safetensors --threads T --steps N [--logits labelled]
-#       prints "tok/s X peak_rss_mib Y" (steady steps: the first two are warm-up, not timed)
+#       prints "tok/s X peak_rss_mib Y openblas_core Z" (steady steps: the first two are warm-up, not
+#       timed; Z: the kernels OpenBLAS picked, e.g. Haswell or SkylakeX)
 #   bench_cpu_peer.py gemm    --shapes 1024x1024x1024:nn,... --threads T --seconds S
 #       prints "M N K ta tb GFLOP/s" per shape: OpenBLAS's sgemm through torch.mm
 # The thread count must also be in OPENBLAS_NUM_THREADS before this starts (bench_cpu.sh sets it):
@@ -133,7 +134,23 @@ def train(args):
         step()
     dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"tok/s {args.steps * B * T / dt:.0f} peak_rss_mib {rss:.0f}")
+    print(f"tok/s {args.steps * B * T / dt:.0f} peak_rss_mib {rss:.0f} openblas_core {openblas_core()}")
+
+
+def openblas_core():
+    """The kernel set OpenBLAS picked in this process (openblas_get_corename), or "none" when the
+    BLAS torch loaded is not OpenBLAS: read where it is mapped, then ask the library itself."""
+    import ctypes
+    with open("/proc/self/maps") as maps:
+        libs = {line.split()[-1] for line in maps if "blas" in line.split()[-1].lower()}
+    for path in sorted(libs):
+        try:
+            get = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        get.restype = ctypes.c_char_p
+        return get().decode()
+    return "none"
 
 
 def gemm(args):

@@ -1,6 +1,7 @@
 // src/step.cpp — see step.hpp.
 #include "src/step.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -9,13 +10,45 @@
 
 namespace pt {
 
-Optimizer::Optimizer(TransformerStage& stage) {
-    for (Layer* l : stage.layers()) m.emplace_back(l->params.size()), v.emplace_back(l->params.size());
+std::vector<std::vector<int>> zero_owners(TransformerStage& stage, const RankPlace& at) {
+    std::vector<size_t> load(size_t(at.D), 0);   // [replica]: elements it updates so far
+    std::vector<std::vector<int>> owner;
+    for (Layer* l : stage.layers()) {
+        owner.emplace_back();
+        for (size_t i = 0; i < l->params_info.size(); i++) {
+            bool word = (l->index() == 0 && i == 0) || l->params_info[i].tied;
+            size_t d = word ? 0 : size_t(std::min_element(load.begin(), load.end()) - load.begin());
+            load[d] += l->params_info[i].numel;
+            owner.back().push_back(at.zero ? int(d) : -1);
+        }
+    }
+    return owner;
+}
+
+Optimizer::Optimizer(TransformerStage& stage, const RankPlace& place) {
+    std::vector<std::vector<int>> owner = zero_owners(stage, place);
+    std::vector<Layer*> layers = stage.layers();
+    for (size_t li = 0; li < layers.size(); li++) {
+        int64_t n = 0;
+        at.emplace_back();
+        for (size_t i = 0; i < owner[li].size(); i++) {
+            bool mine = owner[li][i] < 0 || owner[li][i] == place.d;
+            at.back().push_back(mine ? n : -1);
+            n += mine ? int64_t(layers[li]->params_info[i].numel) : 0;
+        }
+        m.emplace_back(size_t(n)), v.emplace_back(size_t(n));
+    }
 }
 
 void Optimizer::to(Device d) {
     for (Buf& b : m) move_to(b, d);
     for (Buf& b : v) move_to(b, d);
+}
+
+size_t Optimizer::bytes() const {
+    size_t n = 0;
+    for (const Buf& b : m) n += 2 * b.size() * sizeof(float);
+    return n;
 }
 
 std::vector<int> RankPlace::pipeline_group() const {
@@ -103,13 +136,68 @@ std::vector<double> norm_partials(pp::Comm& comm, TransformerStage& stage, const
     std::vector<size_t> first(count.size() + 1, 0);   // [layer] = its first slot
     for (size_t i = 0; i < count.size(); i++) first[i + 1] = first[i] + size_t(count[i]);
     std::vector<double> partial(first.back(), 0.0);
-    for (Layer* l : stage.layers())
-        for (size_t i = 0; i < l->params_info.size(); i++) {
-            const ParamInfo& pi = l->params_info[i];
-            if (!pi.tied) partial[first[size_t(l->index())] + i] = dev::sum_squares(l->grads.data() + pi.offset, int64_t(pi.numel));
+    std::vector<std::vector<int>> owner = zero_owners(stage, at);   // ZeRO-1: only the owner's gradient is summed
+    std::vector<Layer*> layers = stage.layers();
+    for (size_t li = 0; li < layers.size(); li++)
+        for (size_t i = 0; i < layers[li]->params_info.size(); i++) {
+            const ParamInfo& pi = layers[li]->params_info[i];
+            if (!pi.tied && (owner[li][i] < 0 || owner[li][i] == at.d))
+                partial[first[size_t(layers[li]->index())] + i] = dev::sum_squares(layers[li]->grads.data() + pi.offset, int64_t(pi.numel));
         }
+    if (at.zero) comm.allreduce_sum(partial.data(), partial.size(), at.data_parallel_group());   // one owner each: exact
     comm.allreduce_sum(partial.data(), partial.size(), at.pipeline_group());
     return partial;
+}
+
+// ZeRO-1's data-parallel sum: each tensor's gradient goes to the replica that updates it, which adds
+// the D copies in the all-reduce's tree (src/pairwise.hpp): the bits of the all-reduce, in 1/D the
+// messages. The other replicas' copies of a tensor they do not update are left as they were.
+void reduce_to_owners(pp::Comm& comm, TransformerStage& stage, const RankPlace& at) {
+    std::vector<std::vector<int>> owner = zero_owners(stage, at);
+    std::vector<int> group = at.data_parallel_group();
+    std::vector<Layer*> layers = stage.layers();
+    for (size_t li = 0; li < layers.size(); li++) {
+        Layer& l = *layers[li];
+        std::vector<pp::P2POp> ops;
+        std::vector<Buf> theirs(l.params_info.size() * size_t(at.D));   // [tensor * D + replica]
+        for (size_t i = 0; i < l.params_info.size(); i++) {
+            const ParamInfo& pi = l.params_info[i];
+            float* g = l.grads.data() + pi.offset;   // (numel)
+            if (owner[li][i] != at.d) ops.push_back({true, g, pi.numel * sizeof(float), group[owner[li][i]], kTagZeroGrads});
+            for (int k = 0; k < at.D && owner[li][i] == at.d; k++)
+                if (k != at.d) {
+                    theirs[i * at.D + k].resize(pi.numel, l.grads.device());
+                    ops.push_back({false, theirs[i * at.D + k].data(), pi.numel * sizeof(float), group[k], kTagZeroGrads});
+                }
+        }
+        comm.group(ops);
+        for (size_t i = 0; i < l.params_info.size(); i++) {
+            if (owner[li][i] != at.d) continue;
+            const ParamInfo& pi = l.params_info[i];
+            PairwiseSum<Buf> sum([&](Buf& into, Buf& from) { dev::accumulate(into.data(), from.data(), int(pi.numel)); });
+            theirs[i * at.D + at.d].assign(l.grads.data() + pi.offset, pi.numel, l.grads.device());
+            for (int k = 0; k < at.D; k++) sum.push(std::move(theirs[i * at.D + k]));
+            copy_bytes(l.grads.data() + pi.offset, sum.finish().data(), pi.numel * sizeof(float));
+        }
+    }
+}
+
+// ZeRO-1, after the update: every tensor's new values from the replica that updated it to the others.
+void gather_from_owners(pp::Comm& comm, TransformerStage& stage, const RankPlace& at) {
+    std::vector<std::vector<int>> owner = zero_owners(stage, at);
+    std::vector<int> group = at.data_parallel_group();
+    std::vector<Layer*> layers = stage.layers();
+    for (size_t li = 0; li < layers.size(); li++) {
+        std::vector<pp::P2POp> ops;
+        for (size_t i = 0; i < layers[li]->params_info.size(); i++) {
+            const ParamInfo& pi = layers[li]->params_info[i];
+            float* w = layers[li]->params.data() + pi.offset;   // (numel)
+            for (int k = 0; k < at.D; k++)
+                if (k != at.d && (owner[li][i] == at.d || owner[li][i] == k))
+                    ops.push_back({owner[li][i] == at.d, w, pi.numel * sizeof(float), group[k], kTagZeroParams});
+        }
+        comm.group(ops);
+    }
 }
 
 }   // namespace
@@ -118,9 +206,10 @@ void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& c
     for (Layer* l : stage.layers())
         if (l->summing()) throw std::logic_error("layer " + std::to_string(l->index()) + ": a micro-batch's backward is missing");
     // The replicas first, each copy of the tied embedding apart, then the copies: the order of one device.
-    if (at.D > 1)
+    if (at.D > 1 && at.zero) reduce_to_owners(comm, stage, at);
+    else if (at.D > 1)
         for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), at.data_parallel_group());
-    tied_sum(comm, stage, cfg, at);
+    if (!at.zero || at.d == 0) tied_sum(comm, stage, cfg, at);   // ZeRO-1: replica 0 updates the word embedding
 }
 
 // Clipping by the global gradient norm, AdamW, and the check of the tied copies.
@@ -140,11 +229,15 @@ double update_weights(pp::Comm& comm, TransformerStage& stage, Optimizer& opt, c
     for (size_t li = 0; li < layers.size(); li++) {
         Layer* l = layers[li];
         if (coef != 1.0f) dev::scale(l->grads.data(), coef, int(l->grads.size()));
-        for (const ParamInfo& pi : l->params_info)
-            dev::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + pi.offset, opt.v[li].data() + pi.offset,
+        for (size_t i = 0; i < l->params_info.size(); i++) {
+            const ParamInfo& pi = l->params_info[i];
+            if (opt.at[li][i] < 0) continue;   // another replica's (ZeRO-1)
+            dev::adamw_update(l->params.data() + pi.offset, opt.m[li].data() + opt.at[li][i], opt.v[li].data() + opt.at[li][i],
                               l->grads.data() + pi.offset, int64_t(pi.numel), u.lr, 0.9f, 0.999f, 1e-8f,
                               pi.decay ? float(u.weight_decay) : 0.0f, u.step + 1);
+        }
     }
+    if (at.zero && at.D > 1) gather_from_owners(comm, stage, at);
     check_tied(comm, stage, cfg, at);
     return norm;
 }

@@ -16,19 +16,30 @@
 
 namespace pt {
 
-// AdamW moments, one flat buffer per layer of the stage (in stage.layers() order), like the parameters.
-struct Optimizer {
-    std::vector<Buf> m, v;
-    explicit Optimizer(TransformerStage& stage);
-    void to(Device d);
-};
-
 // Where rank r = d*P + p sits: pipeline rank p of replica d, among P stages and D replicas.
 struct RankPlace {
     int P = 1, D = 1, p = 0, d = 0;
+    bool zero = false;   // ZeRO-1: each parameter tensor is updated by one replica (zero_owners)
     std::vector<int> pipeline_group() const;   // replica d's ranks: d*P .. d*P + P-1
     std::vector<int> data_parallel_group() const;   // pipeline rank p of every replica
     std::vector<int> everyone() const;   // 0 .. P*D - 1
+};
+
+// ZeRO-1: the replica that keeps the AdamW moments of each parameter tensor and updates it, as
+// [layer][tensor] of stage.layers(); without place.zero, every replica (-1). Whole tensors, so a
+// tensor's norm partial and update are one device's bits; balanced by size, greedily in model
+// order; the word embedding's two copies stay with replica 0, which sums them.
+std::vector<std::vector<int>> zero_owners(TransformerStage& stage, const RankPlace& place);
+
+// AdamW moments of the tensors this rank updates (all of them without ZeRO), one flat buffer per
+// layer of the stage (in stage.layers() order), tensor after tensor; at[layer][tensor] is where a
+// tensor's start, or -1 where another replica keeps them.
+struct Optimizer {
+    std::vector<Buf> m, v;
+    std::vector<std::vector<int64_t>> at;
+    explicit Optimizer(TransformerStage& stage, const RankPlace& place = {});
+    void to(Device d);
+    size_t bytes() const;   // the moments held here
 };
 
 struct Update {

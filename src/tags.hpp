@@ -12,6 +12,8 @@ namespace pt {
 enum OtherTag : int {
     kTagTiedGrads = 9001,
     kTagTiedCheck = 9002,
+    kTagZeroGrads = 9003,    // ZeRO-1: a tensor's gradient to the replica that updates it
+    kTagZeroParams = 9004,   // ... and its new values back to every replica
     kTagTimeline = 9200,     // and 9201
     kTagClockError = 9202,   // and 9203
     kTagClock = 9300,

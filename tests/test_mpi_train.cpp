@@ -111,9 +111,11 @@ TEST_CASE("processes write the bits of threads: the V shape (ZB-V, DualPipeV) an
     same_bits(2, common(2) + " --schedule looped-bfs --chunks 2 --micro-batches 8");
 }
 
-TEST_CASE("processes write the bits of threads: --recompute full, dp 2 x pp 2") {
+TEST_CASE("processes write the bits of threads: --recompute full, dp 2 x pp 2, and with ZeRO-1") {
     same_bits(2, common(2) + " --recompute full --micro-batches 2");
     same_bits(4, common(2) + " --dp 2 --micro-batches 2");
+    same_bits(4, common(2) + " --dp 2 --micro-batches 2 --zero 1");   // and its 4 shards of moments
+    same_bits(3, common(1) + " --dp 3 --micro-batches 1 --batch 6 --zero 1");
 }
 
 // The same micro-batches cut into P stages × D replicas of processes: one device's model (threads,

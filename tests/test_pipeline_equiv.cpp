@@ -163,6 +163,33 @@ TEST_CASE("any P x D with the same micro-batches gives one device's bits: parame
     CHECK(first_difference(one, train("dp2m1", "--stages 1 --dp 2 --micro-batches 1"), 0) != "");   // 2 of 4 rows
 }
 
+// ZeRO-1: each parameter tensor is updated by one replica, which alone keeps its AdamW moments; the
+// gradient sums, the norm and the update are the same arithmetic, so the bits of --zero 0, and a
+// replica that skipped its share of the update or of the gather would change them.
+TEST_CASE("--zero 1 gives the bits of --zero 0 (D = 2, 4), each rank holding its share of the moments") {
+    std::string one = train("z_ref", "--stages 1 --micro-batches 4");
+    int n = 0;
+    for (const char* layout : {"--stages 1 --dp 2 --micro-batches 2", "--stages 2 --dp 2 --micro-batches 2 --schedule zb-h1",
+                               "--stages 1 --dp 4 --micro-batches 1 --recompute full"})
+        CHECK_MESSAGE(first_difference(one, train("z" + std::to_string(n++), std::string(layout) + " --zero 1"), 0) == "", layout);
+    auto moments = [](const std::string& zero) {   // "AdamW moments per rank, bytes ...: a b c d"
+        Run r = run_cli("train" + kCommon + " --batch 8 --stages 2 --dp 2 --micro-batches 2 --zero " + zero + " --out " + temp_dir("zm"));
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        size_t line = r.out.find("AdamW moments per rank"), end = r.out.find('\n', line);
+        std::istringstream in(r.out.substr(r.out.rfind(':', end) + 1, end - r.out.rfind(':', end)));
+        std::vector<double> v;
+        for (double x; v.size() < 4 && in >> x;) v.push_back(x);
+        REQUIRE(v.size() == 4);   // ranks 0 1 (replica 0), 2 3 (replica 1)
+        return v;
+    };
+    std::vector<double> full = moments("0"), shared = moments("1");
+    for (int p : {0, 1}) {
+        INFO("stage " << p << ": replica 0 " << shared[p] << ", replica 1 " << shared[2 + p] << " bytes of " << full[p]);
+        CHECK(shared[p] + shared[2 + p] == full[p]);   // every tensor's moments on exactly one replica
+        CHECK(std::max(shared[p], shared[2 + p]) < 0.65 * full[p]);
+    }
+}
+
 // Bitwise needs each replica's M to be a power of two (its micro-batches then form one subtree
 // of the global tree); otherwise the replicas agree with one device to rounding.
 TEST_CASE("D = 2 replicas of M = 3 micro-batches equal one device's 6 within 1e-6, not bitwise") {

@@ -77,6 +77,25 @@ TEST_CASE("resume 2x2 -> 4x1 -> 1x2 (stages x replicas): the bits of one device'
           std::string::npos);
 }
 
+// A ZeRO-1 checkpoint holds each replica's moments in shards of its own (optimizer-0000k-of-0000N,
+// N = stages × replicas) and resumes without ZeRO or with it at another --dp, bitwise.
+TEST_CASE("--zero 1 checkpoints: sharded moments that resume at --zero 0 and at another --dp") {
+    const std::string common = " --data " + fixture("text/sample_zh.txt") +
+                               " --steps 4 --batch 8 --seq 16 --seed 5 --dropout 0.1 --save-every 2 ";
+    std::string one = temp_dir("z_one"), z = temp_dir("z_2x2");
+    REQUIRE(run_cli("train --preset tiny" + common + "--micro-batches 4 --out " + one).code == 0);
+    Run r = run_cli("train --preset tiny" + common + "--stages 2 --dp 2 --micro-batches 2 --zero 1 --out " + z);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    for (int k = 1; k <= 4; k++) CHECK(fs::exists(z + "/checkpoint-2/optimizer-0000" + std::to_string(k) + "-of-00004.safetensors"));
+    for (std::string layout : {"--stages 1 --dp 1 --zero 0", "--stages 1 --dp 4 --zero 1"}) {
+        std::string c = temp_dir("z_resumed");
+        Run resumed = run_cli("train" + common + "--resume " + z + "/checkpoint-2 " + layout + " --out " + c);
+        CAPTURE(layout);
+        REQUIRE_MESSAGE(resumed.code == 0, resumed.out);
+        CHECK(model_difference(c + "/model.safetensors", one + "/model.safetensors") == "");
+    }
+}
+
 TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
     const std::string common = " --data " + fixture("text/sample_zh.txt") + " --steps 4 --batch 4 --seq 16 --seed 5 ";
     std::string b = temp_dir("ckpts");

@@ -93,6 +93,8 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
 struct TrainFlags {
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
     int save_every = 0, keep = 2;                      // --save-every, --keep
+    bool zero = false;                                 // --zero 1: ZeRO-1 over the D replicas
+    RankPlace place(int rank) const { return {P, D, rank % P, rank / P, zero}; }
     Device device;                                     // --device: rank r on GPU (index + r) mod count
     std::string comm, schedule_name, dtype = "fp32";   // --comm (resolved by choose_comm), --schedule, --dtype
     double timeout = 120;                              // --timeout

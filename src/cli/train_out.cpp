@@ -195,27 +195,31 @@ void save_checkpoint(TrainRun& w, pp::Comm& comm, int rank, int step) {
     std::string dir = w.out + "/checkpoint-" + std::to_string(step), tmp = staging_path(dir);
     if (rank == 0) stage_dir(dir);
     comm.barrier();   // the staging directory exists
-    if (rank < w.P) {
+    int moment_shards = w.zero ? w.P * w.D : w.P;   // ZeRO-1: every rank holds moments no other has
+    if (rank < moment_shards) {
         TransformerStage& stage = *w.stages[rank];
         Optimizer& opt = *w.optim[rank];
-        bool sharded = w.P > 1;
-        write_weights(tmp + "/" + (sharded ? shard_name("model", rank, w.P) : "model.safetensors"), stage.layers(), w.save_format);
+        if (rank < w.P)
+            write_weights(tmp + "/" + (w.P > 1 ? shard_name("model", rank, w.P) : "model.safetensors"), stage.layers(),
+                          w.save_format);
         pt::beat();   // a save of a large model is progress for the watchdog, file by file
         st::Writer moments;
         std::vector<Layer*> layers = stage.layers();
         for (size_t li = 0; li < layers.size(); li++)
-            for (const ParamInfo& pi : layers[li]->params_info) {
-                if (pi.tied) continue;   // the same moments as the word embedding's
-                moments.add_f32(pi.name + ".exp_avg", pi.shape, opt.m[li].data() + pi.offset);
-                moments.add_f32(pi.name + ".exp_avg_sq", pi.shape, opt.v[li].data() + pi.offset);
+            for (size_t ti = 0; ti < layers[li]->params_info.size(); ti++) {
+                const ParamInfo& pi = layers[li]->params_info[ti];
+                if (pi.tied || opt.at[li][ti] < 0) continue;   // the word embedding's moments; another replica's
+                moments.add_f32(pi.name + ".exp_avg", pi.shape, opt.m[li].data() + opt.at[li][ti]);
+                moments.add_f32(pi.name + ".exp_avg_sq", pi.shape, opt.v[li].data() + opt.at[li][ti]);
             }
-        moments.write(tmp + "/" + (sharded ? shard_name("optimizer", rank, w.P) : "optimizer.safetensors"));
+        moments.write(tmp + "/" + (moment_shards > 1 ? shard_name("optimizer", rank, moment_shards) : "optimizer.safetensors"));
         pt::beat();
     }
     comm.barrier();   // every shard is written (each write is fsynced)
     if (rank != 0) return;
     write_model_info(tmp, w.setup->cfg, w.setup->vocab);
-    if (w.P > 1) write_shard_index(tmp, "model", w.P), write_shard_index(tmp, "optimizer", w.P);
+    if (w.P > 1) write_shard_index(tmp, "model", w.P);
+    if (moment_shards > 1) write_shard_index(tmp, "optimizer", moment_shards);
     nlohmann::json state = w.state;
     state["step"] = step;
     write_file_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");

@@ -160,6 +160,10 @@ int finish(TrainRun& w, const Setup& s, Args& a, const std::vector<std::string>&
     for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.peak_stash[p]);
     std::printf("\npeak stashes per stage (micro-batch, chunk):");
     for (int p = 0; p < w.P; p++) std::printf(" %d", w.peak_stashes[p]);
+    // ZeRO-1 splits them over the replicas; under MPI a process knows its own rank's only.
+    std::printf("\nAdamW moments per rank, bytes%s:", w.zero && w.D > 1 ? " (ZeRO-1: each tensor's on one replica)" : "");
+    for (size_t r = 0; r < w.optim.size(); r++)
+        if (w.optim[r]) std::printf(" %zu", w.optim[r]->bytes());
     std::printf("\n");
     if (w.steps > w.start_step) {
         std::printf("last step, per rank:\n%s", rank_time_report(w.record.ranks).c_str());

@@ -174,7 +174,7 @@ StepOutcome take_step(TrainRun& w, pp::Pipeline& pipe, pp::Comm& comm, Transform
 
 void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
     const Setup& s = *w.setup;
-    RankPlace at{w.P, w.D, rank % w.P, rank / w.P};
+    RankPlace at = w.place(rank);
     ops::set_num_threads(w.threads);
     TransformerStage& stage = *w.stages[rank];
     Optimizer& opt = *w.optim[rank];
@@ -245,7 +245,7 @@ std::string human_bytes(double b) {
 void make_rank(TrainRun& w, int rank) {
     const Setup& s = *w.setup;
     w.stages[rank] = std::make_unique<TransformerStage>(s.cfg, w.split[rank % w.P], w.recompute, w.run_opt);
-    w.optim[rank] = std::make_unique<Optimizer>(*w.stages[rank]);
+    w.optim[rank] = std::make_unique<Optimizer>(*w.stages[rank], w.place(rank));   // ZeRO-1: this replica's tensors
     std::vector<Layer*> layers = w.stages[rank]->layers();
     if (s.model_dir.empty())
         for (Layer* l : layers) l->init(s.seed, 0.02f);
@@ -260,7 +260,9 @@ void make_rank(TrainRun& w, int rank) {
                                  "(a checkpoint of --save-every has the AdamW moments)");
     Optimizer& opt = *w.optim[rank];
     for (size_t li = 0; li < layers.size(); li++)
-        for (const ParamInfo& pi : layers[li]->params_info) {
+        for (size_t ti = 0; ti < layers[li]->params_info.size(); ti++) {
+            const ParamInfo& pi = layers[li]->params_info[ti];
+            if (opt.at[li][ti] < 0) continue;   // another replica's (ZeRO-1)
             std::string name = pi.tied ? "ernie.embeddings.word_embeddings.weight" : pi.name;
             for (auto [suffix, buf] : {std::pair{".exp_avg", &opt.m[li]}, {".exp_avg_sq", &opt.v[li]}}) {
                 const st::File* f = nullptr;
@@ -276,7 +278,7 @@ void make_rank(TrainRun& w, int rank) {
                         throw std::runtime_error(f->path + ": " + name + suffix + " holds " +
                                                  (std::isfinite(m) ? "a negative value" : "NaN or infinite values") +
                                                  (second ? " (a mean of squares is finite and >= 0)" : " (AdamW moments are finite)"));
-                std::copy(x.begin(), x.end(), buf->begin() + long(pi.offset));
+                std::copy(x.begin(), x.end(), buf->begin() + long(opt.at[li][ti]));
             }
         }
 }

@@ -262,9 +262,12 @@ cmd_grade() {
 cmd_class_copy() {
   [ $# -eq 1 ] || die "usage: scripts/lab.sh class-copy DIR"
   [ ! -e "$1" ] || die "class-copy: $1 exists; name a new directory"
-  git -C "$root" rev-parse --git-dir >/dev/null 2>&1 || die "class-copy: $root is not a git checkout"
   mkdir -p "$1"
-  (cd "$root" && git ls-files -z | grep -z -v '^labs/solutions/' | tar --null -T - -cf -) | tar -xf - -C "$1"
+  if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then   # what git tracks
+    (cd "$root" && git ls-files -z | grep -z -v '^labs/solutions/' | tar --null -T - -cf -) | tar -xf - -C "$1"
+  else   # an unpacked release or a copy: every file but builds, runs and answers
+    tar -cf - -C "$root" --exclude='./build*' --exclude=./.git --exclude=./runs --exclude=./labs/solutions . | tar -xf - -C "$1"
+  fi
   echo "wrote $1: this checkout's files without labs/solutions/ ($(cd "$1" && find . -type f | wc -l) files)"
 }
 

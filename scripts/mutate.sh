@@ -166,6 +166,8 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$TREE" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DPIPETRAIN_CUDA=OFF >"$LOGS/configure.log"
 fi
 JOBS="$(nproc)"
+# The scratch tree has no build/ of its own: lab.sh pair (a documented command) finds the tools here.
+export PIPETRAIN_BUILD="$BUILD"
 
 # Runs ctest with extra arguments; prints "TEST (Reason)" for the first failure, nothing if none.
 run_ctest() {

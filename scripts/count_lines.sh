@@ -20,7 +20,8 @@ lesson_files=(kernels/ops.hpp kernels/ops.inc kernels/bf16.hpp kernels/philox.hp
   src/{config,model,batch,stage,comm,step,train_step,ernie}.{hpp,cpp} src/tags.hpp src/pairwise.hpp)
 lab=(pipeline_lab.hpp)
 speed=(kernels/cpu/gemm_blocked.cpp kernels/cpu/threads.cpp kernels/cpu/parallel.hpp kernels/cpu/vecmath.hpp)
-reliability=(src/mpi_comm.{hpp,cpp} src/watchdog.{hpp,cpp} src/cli/interrupt.{hpp,cpp})
+reliability=(src/mpi_comm.{hpp,cpp} src/watchdog.{hpp,cpp} src/cli/interrupt.{hpp,cpp} src/async_sum.hpp src/comm_async.cpp
+  src/dp_overlap.{hpp,cpp})
 gpu=(src/device.{hpp,cpp} src/nccl_comm.{hpp,cpp} kernels/cuda/* kernels/bench.cu)
 product=()
 for f in src/formats/* src/cli/*; do
@@ -55,7 +56,7 @@ table() {
     "none; each schedule one function" "${lab[@]}"
   row "CPU speed" '`kernels/cpu/gemm_blocked.cpp` (the micro-kernels), `vecmath.hpp`, `threads.cpp` + `parallel.hpp` (the pool)' \
     "none" "${speed[@]}"
-  row "processes and reliability" '`src/mpi_comm.*`, `src/watchdog.*`, `src/cli/interrupt.*`' "none" "${reliability[@]}"
+  row "processes and reliability" '`src/mpi_comm.*`, `src/watchdog.*`, `src/cli/interrupt.*`, the overlapped sums (`src/async_sum.hpp`, `src/comm_async.cpp`, `src/dp_overlap.*`)' "none" "${reliability[@]}"
   row "GPU" '`src/device.*`, `src/nccl_comm.*`, `kernels/cuda/`, `kernels/bench.cu`' "none" "${gpu[@]}"
   row "product" '`src/formats/`, `src/cli/`' "none; functions ≤ $max_function lines" "${product[@]}"
 }

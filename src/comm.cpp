@@ -26,7 +26,7 @@ std::string tag_text(int tag) {
 }  // namespace
 
 ThreadWorld::ThreadWorld(int size, double timeout_s)
-    : size_(size), timeout_s_(timeout_s), queues_(size_t(2) * size * size) {
+    : size_(size), timeout_s_(timeout_s), queues_(size_t(3) * size * size) {
     if (size < 1 || timeout_s <= 0)
         throw std::invalid_argument("ThreadWorld: need size >= 1 and timeout > 0, got size=" + std::to_string(size) +
                                     " timeout=" + std::to_string(timeout_s));
@@ -77,13 +77,14 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
     auto& queue = world_.queues_[(size_t(channel) * world_.size_ + peer) * world_.size_ + rank_];
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.timeout_s_);
     std::unique_lock<std::mutex> lock(world_.mutex_);
-    while (queue.empty() && !world_.aborted_)
-        if (world_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty() && !world_.aborted_) {
+    auto gone = [&] { return world_.aborted_ || (channel == 2 && sums_cancelled_); };
+    while (queue.empty() && !gone())
+        if (world_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty() && !gone()) {
             char secs[32];
             std::snprintf(secs, sizeof secs, "%g", world_.timeout_s_);
             throw std::runtime_error(who + " timed out after " + secs + " s (waiting for " + tag_text(tag) + ")");
         }
-    if (world_.aborted_) throw std::runtime_error("aborted: " + world_.why_);
+    if (gone()) throw std::runtime_error(world_.aborted_ ? "aborted: " + world_.why_ : who + ": the rank ended mid-sum");
     ThreadWorld::Message m = std::move(queue.front());
     queue.pop_front();
     if (m.tag != tag)
@@ -111,14 +112,14 @@ void ThreadComm::group(const std::vector<pp::P2POp>& ops) {
 // tree over the positions in `ranks` (up to 3 ranks the left fold ((x0 + x1) + x2)), so D replicas'
 // gradient trees complete the tree of one device (src/pairwise.hpp).
 template <typename T>
-void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
+void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks, int channel) {
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
     if (me == ranks.end())
         throw std::runtime_error("rank " + std::to_string(rank_) + ": allreduce over a group that does not contain it");
     int root = ranks[0];
     if (rank_ != root) {
-        post(1, data, n * sizeof(T), root, kReduceTag);
-        take(1, data, n * sizeof(T), root, kResultTag);
+        post(channel, data, n * sizeof(T), root, kReduceTag);
+        take(channel, data, n * sizeof(T), root, kResultTag);
         return;
     }
     pt::Device where = pt::device_of(data);
@@ -132,15 +133,16 @@ void ThreadComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks
     sum.push(std::move(mine));
     for (size_t k = 1; k < ranks.size(); k++) {
         pt::Array<T> other(n, where);
-        take(1, other.data(), n * sizeof(T), ranks[k], kReduceTag);
+        take(channel, other.data(), n * sizeof(T), ranks[k], kReduceTag);
         sum.push(std::move(other));
     }
     pt::Array<T> total = sum.finish();
     pt::copy_bytes(data, total.data(), n * sizeof(T));
-    for (size_t k = 1; k < ranks.size(); k++) post(1, data, n * sizeof(T), ranks[k], kResultTag);
+    for (size_t k = 1; k < ranks.size(); k++) post(channel, data, n * sizeof(T), ranks[k], kResultTag);
 }
 
 void ThreadComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
+template void ThreadComm::allreduce<float>(float*, std::size_t, const std::vector<int>&, int);   // comm_async.cpp
 void ThreadComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
 
 void ThreadComm::barrier() {

@@ -7,11 +7,13 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/async_sum.hpp"
 #include "src/tags.hpp"
 #include "src/device.hpp"
 
@@ -37,14 +39,15 @@ class ThreadWorld {
     double timeout_s_;
     std::mutex mutex_;
     std::condition_variable cv_;
-    std::vector<std::deque<Message>> queues_;  // [channel][src][dst]: channel 0 p2p, 1 collectives
+    std::vector<std::deque<Message>> queues_;  // [channel][src][dst]: 0 p2p, 1 collectives, 2 background sums
     bool aborted_ = false;
     std::string why_;
 };
 
-class ThreadComm : public pp::Comm {
+class ThreadComm : public pp::Comm, public AsyncSum {
  public:
     ThreadComm(ThreadWorld& world, int rank);
+    ~ThreadComm() override;
     int rank() const override { return rank_; }
     int size() const override { return world_.size(); }
     void send(const void* data, std::size_t bytes, int peer, int tag) override;
@@ -54,15 +57,21 @@ class ThreadComm : public pp::Comm {
     void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) override;
     void barrier() override;
     void abort(const std::string& why) override { world_.abort(why); }
+    void start_sum(float* data, std::size_t n, const std::vector<int>& ranks) override;   // src/comm_async.cpp
+    std::vector<Span> wait_sums() override;
 
  private:
     void post(int channel, const void* data, std::size_t bytes, int peer, int tag);
     void take(int channel, void* data, std::size_t bytes, int peer, int tag);
     template <typename T>
-    void allreduce(T* data, std::size_t n, const std::vector<int>& ranks);
+    void allreduce(T* data, std::size_t n, const std::vector<int>& ranks, int channel = 1);
+    void sum_in_background();   // the background thread's loop
 
     ThreadWorld& world_;
     int rank_;
+    struct Background;   // the thread, its queue of sums and their spans (src/comm_async.cpp)
+    std::shared_ptr<Background> bg_;   // shared_ptr: comm.cpp never sees the type
+    bool sums_cancelled_ = false;      // under the world's mutex: the thread's receives give up
 };
 
 // Runs fn(rank) on world.size() threads. If any throws, the world is aborted (waking the others)

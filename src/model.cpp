@@ -57,17 +57,18 @@ void Layer::sum_micro_batches(int M) {
     if (tree_.leaves()) spare_.push_back(tree_.finish());   // an unfinished step's (an error ended it)
 }
 
-void Layer::backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt) {
-    if (!sum_of_) return weight_grads(stash, mb, opt);
+bool Layer::backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt) {
+    if (!sum_of_) return weight_grads(stash, mb, opt), true;
     Buf leaf;   // (params): this micro-batch's gradients alone, added into zeros
     if (spare_.empty()) leaf.zeros(grads.size(), grads.device());
     else leaf.swap(spare_.back()), spare_.pop_back(), leaf.zero();
     leaf.swap(grads), weight_grads(stash, mb, opt), leaf.swap(grads);
     tree_.push(std::move(leaf));
-    if (int(tree_.leaves()) < sum_of_) return;
+    if (int(tree_.leaves()) < sum_of_) return false;
     Buf total = tree_.finish();
     dev::accumulate(grads.data(), total.data(), int(grads.size()));
     spare_.clear();   // the tree's ⌈log2 M⌉ + 1 buffers live only from the first backward to the last
+    return true;
 }
 
 namespace {

@@ -97,11 +97,11 @@ class Layer {
     // (ignored by the Head, whose output is the loss). May keep gradients in the stash for BW.
     virtual void backward_input(float* din, const float* dout, Stash& stash, const MicroBatch& mb,
                                 const RunOptions& opt) = 0;
-    // grads += this micro-batch's parameter gradients. After sum_micro_batches(M) (M > 1; every
-    // TransformerStage::begin_step says it), each micro-batch's are computed alone and summed in
-    // the fixed tree of PairwiseSum, and the M-th call adds the sum to grads; the calls must come
-    // in micro-batch order. That sum's bits do not depend on how the replicas cut the batch.
-    void backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt);
+    // grads += this micro-batch's parameter gradients. After sum_micro_batches(M) (M > 1, from
+    // begin_step), each micro-batch's are computed alone and summed in PairwiseSum's fixed tree (the
+    // same bits however replicas cut the batch), in micro-batch order; the M-th call adds the sum to
+    // grads and returns true: the step's gradients are final (M ≤ 1: every call, straight into grads).
+    bool backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt);
     void sum_micro_batches(int M);   // starts a step's tree; M ≤ 1: straight into grads
     bool summing() const { return tree_.leaves() > 0; }   // a step's tree waits for more micro-batches
 

@@ -26,7 +26,10 @@ MpiWorld::~MpiWorld() = default;
 void MpiWorld::abort(const std::string& why, int code) { (void)why, std::_Exit(code); }
 void MpiWorld::broadcast(void*, std::size_t, int) {}
 struct MpiComm::Sends {};
+struct MpiComm::Background {};
 MpiComm::MpiComm(MpiWorld& world) : world_(world) {}
+void MpiComm::start_sum(float*, std::size_t, const std::vector<int>&) {}
+std::vector<AsyncSum::Span> MpiComm::wait_sums() { return {}; }
 MpiComm::~MpiComm() = default;
 void MpiComm::send(const void*, std::size_t, int, int) {}
 void MpiComm::recv(void*, std::size_t, int, int) {}
@@ -259,40 +262,45 @@ void post(Pending& p, MPI_Comm comm, int me, bool send, void* data, std::size_t 
     else MPI_CHECK(MPI_Irecv(buf, count, MPI_BYTE, peer, tag, comm, &p.req));
 }
 
+// Tests every posted message once, checking each received size: true when all are done.
+bool test_all(std::vector<Pending>& ops, int me) {
+    bool all = true;
+    for (Pending& p : ops) {
+        if (p.req == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        MPI_Status status;
+        int e = MPI_Test(&p.req, &flag, &status);
+        if (e != MPI_SUCCESS) {
+            int cls = 0;
+            MPI_CHECK(MPI_Error_class(e, &cls));
+            if (cls == MPI_ERR_TRUNCATE)
+                throw std::runtime_error(who(p, me) + ": " + p.what + " has more than " + std::to_string(p.bytes) +
+                                         " bytes, the receive buffer " + std::to_string(p.bytes));
+            MPI_CHECK(e);
+        }
+        if (!flag) {
+            all = false;
+            continue;
+        }
+        p.req = MPI_REQUEST_NULL;
+        if (!p.send) {
+            int got = 0;
+            MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+            if (std::size_t(got) != p.bytes)
+                throw std::runtime_error(who(p, me) + ": " + p.what + " has " + std::to_string(got) +
+                                         " bytes, the receive buffer " + std::to_string(p.bytes));
+            if (p.gpu) pt::copy_bytes(p.gpu, p.staged.data(), p.bytes);
+        }
+        beat();   // every message sent or received is progress, for the watchdog
+    }
+    return all;
+}
+
 // Waits for every posted message, checking each received size, until the deadline. On a timeout
 // the receives still posted are cancelled (so no message lands in a buffer the caller may free);
 // the job is about to end, so a send still pending is only released.
 void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
-    std::size_t left = ops.size();
-    auto done = [&] {
-        for (Pending& p : ops) {
-            if (p.req == MPI_REQUEST_NULL) continue;
-            int flag = 0;
-            MPI_Status status;
-            int e = MPI_Test(&p.req, &flag, &status);
-            if (e != MPI_SUCCESS) {
-                int cls = 0;
-                MPI_CHECK(MPI_Error_class(e, &cls));
-                if (cls == MPI_ERR_TRUNCATE)
-                    throw std::runtime_error(who(p, me) + ": " + p.what + " has more than " + std::to_string(p.bytes) +
-                                             " bytes, the receive buffer " + std::to_string(p.bytes));
-                MPI_CHECK(e);
-            }
-            if (!flag) continue;
-            p.req = MPI_REQUEST_NULL;
-            left--;
-            if (!p.send) {
-                int got = 0;
-                MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
-                if (std::size_t(got) != p.bytes)
-                    throw std::runtime_error(who(p, me) + ": " + p.what + " has " + std::to_string(got) +
-                                             " bytes, the receive buffer " + std::to_string(p.bytes));
-                if (p.gpu) pt::copy_bytes(p.gpu, p.staged.data(), p.bytes);
-            }
-            beat();   // every message sent or received is progress, for the watchdog
-        }
-        return left == 0;
-    };
+    auto done = [&] { return test_all(ops, me); };
     auto timeout = [&] {
         std::string error;
         for (Pending& p : ops) {
@@ -320,17 +328,6 @@ void wait_all(std::vector<Pending>& ops, int me, double timeout_s) {
 struct MpiComm::Sends {
     std::list<Pending> in_flight;   // a list: MPI holds the address of each one's bytes
 };
-
-MpiComm::MpiComm(MpiWorld& world) : world_(world), sending_(std::make_unique<Sends>()) {}
-
-MpiComm::~MpiComm() {
-    try {   // the last messages of a run reach their peers before MPI_Finalize
-        reap_sends(true);
-    } catch (...) {   // a peer gone: the job is ending with an error reported elsewhere
-        for (Pending& p : sending_->in_flight)
-            if (p.req != MPI_REQUEST_NULL) MPI_Request_free(&p.req);
-    }
-}
 
 void MpiComm::reap_sends(bool wait) {
     std::list<Pending>& sends = sending_->in_flight;
@@ -408,65 +405,148 @@ void MpiComm::barrier() {
 // Each element is the same tree as ThreadComm's reduce-to-ranks[0]: addition happens element by
 // element, so splitting [0, n) into slices changes who adds, never the order of the additions, and
 // the bits are identical. Each member sends and receives about 2n(D-1)/D elements, rank 0 no more than others.
-template <typename T>
-void MpiComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
-    const int me_rank = rank();
-    auto it = std::find(ranks.begin(), ranks.end(), me_rank);
-    if (it == ranks.end())
-        throw std::runtime_error("rank " + std::to_string(me_rank) + ": allreduce over a group that does not contain it");
-    for (int r : ranks)
-        if (r < 0 || r >= size())
-            throw std::runtime_error("rank " + std::to_string(me_rank) + ": allreduce over rank " + std::to_string(r) +
-                                     ", outside a world of " + std::to_string(size()));
-    const std::size_t D = ranks.size(), me = std::size_t(it - ranks.begin());
-    if (D == 1) return;
-    // Slice k is [lo(k), lo(k+1)): sizes differ by at most one element.
-    auto lo = [&](std::size_t k) { return (n / D) * k + std::min(k, n % D); };
-    // GPU data: the whole array in host memory (staged once, not per message).
-    const bool gpu = n > 0 && pt::device_of(data).cuda;
-    std::vector<T> host;
-    T* x = data;
-    if (gpu) {
-        host.resize(n);
-        pt::copy_bytes(host.data(), data, n * sizeof(T));
-        x = host.data();
-    }
-    MPI_Comm comm = world_.comms_->coll;
-    const double timeout = world_.timeout_s();
-    const std::size_t mine = lo(me), mine_n = lo(me + 1) - mine;
+namespace {
+const int kBackgroundReduceTag = 3, kBackgroundGatherTag = 4;   // start_sum's, apart from allreduce_sum's
 
-    // Reduce-scatter: my slice of everyone else's copy in; their slices of my copy out.
-    std::vector<std::vector<T>> theirs(D);   // [position]: that member's copy of my slice
-    std::vector<Pending> ops(2 * (D - 1));
-    for (std::size_t k = 0, i = 0; k < D; k++) {
-        if (k == me) continue;
-        theirs[k].resize(mine_n);
-        post(ops[i++], comm, me_rank, false, theirs[k].data(), mine_n * sizeof(T), ranks[k], kReduceTag, "allreduce");
-        post(ops[i++], comm, me_rank, true, x + lo(k), (lo(k + 1) - lo(k)) * sizeof(T), ranks[k], kReduceTag, "allreduce");
+// One all-reduce in its two halves, so that a background sum (start_sum) posts the first and
+// finishes later. Slice k is [lo(k), lo(k+1)): sizes differ by at most one element.
+template <typename T>
+struct Reduction {
+    T* x = nullptr;   // the data (in host memory)
+    std::size_t n = 0, D = 1, me = 0;   // elements, members, my position in `ranks`
+    std::vector<int> ranks;
+    std::vector<std::vector<T>> theirs;   // [position]: that member's copy of my slice
+    std::vector<Pending> ops;             // the half in flight
+    int half = 0;                         // 1: the reduce-scatter is posted, 2: the all-gather, 3: done
+    AsyncSum::Span span;
+    std::size_t lo(std::size_t k) const { return (n / D) * k + std::min(k, n % D); }
+};
+
+// Where `me` sits in `ranks`, checked.
+std::size_t position_in(const std::vector<int>& ranks, int me, int world) {
+    auto it = std::find(ranks.begin(), ranks.end(), me);
+    if (it == ranks.end())
+        throw std::runtime_error("rank " + std::to_string(me) + ": allreduce over a group that does not contain it");
+    for (int r : ranks)
+        if (r < 0 || r >= world)
+            throw std::runtime_error("rank " + std::to_string(me) + ": allreduce over rank " + std::to_string(r) +
+                                     ", outside a world of " + std::to_string(world));
+    return std::size_t(it - ranks.begin());
+}
+
+// Reduce-scatter: my slice of everyone else's copy in; their slices of my copy out.
+template <typename T>
+void post_reduce_scatter(Reduction<T>& r, MPI_Comm comm, int me_rank, int tag) {
+    const std::size_t mine_n = r.lo(r.me + 1) - r.lo(r.me);
+    r.theirs.assign(r.D, {});
+    r.ops.assign(2 * (r.D - 1), Pending());
+    for (std::size_t k = 0, i = 0; k < r.D; k++) {
+        if (k == r.me) continue;
+        r.theirs[k].resize(mine_n);
+        post(r.ops[i++], comm, me_rank, false, r.theirs[k].data(), mine_n * sizeof(T), r.ranks[k], tag, "allreduce");
+        post(r.ops[i++], comm, me_rank, true, r.x + r.lo(k), (r.lo(k + 1) - r.lo(k)) * sizeof(T), r.ranks[k], tag, "allreduce");
     }
-    wait_all(ops, me_rank, timeout);
-    theirs[me].assign(x + mine, x + mine + mine_n);
-    T* out = x + mine;
+    r.half = 1;
+}
+
+// Once the reduce-scatter is in: my slice summed in the tree, then the all-gather posted (my summed
+// slice out, every other slice in, straight into place).
+template <typename T>
+void add_and_post_gather(Reduction<T>& r, MPI_Comm comm, int me_rank, int tag) {
+    const std::size_t mine = r.lo(r.me), mine_n = r.lo(r.me + 1) - mine;
+    r.theirs[r.me].assign(r.x + mine, r.x + mine + mine_n);
     pt::PairwiseSum<std::vector<T>> sum([](std::vector<T>& into, std::vector<T>& from) {
         for (std::size_t i = 0; i < into.size(); i++) into[i] += from[i];
     });
-    for (std::size_t k = 0; k < D; k++) sum.push(std::move(theirs[k]));
+    for (std::size_t k = 0; k < r.D; k++) sum.push(std::move(r.theirs[k]));
     std::vector<T> total = sum.finish();
-    std::copy(total.begin(), total.end(), out);
-
-    // All-gather: my summed slice out, every other slice in, straight into place.
-    ops.assign(2 * (D - 1), Pending());
-    for (std::size_t k = 0, i = 0; k < D; k++) {
-        if (k == me) continue;
-        post(ops[i++], comm, me_rank, false, x + lo(k), (lo(k + 1) - lo(k)) * sizeof(T), ranks[k], kGatherTag, "allreduce");
-        post(ops[i++], comm, me_rank, true, out, mine_n * sizeof(T), ranks[k], kGatherTag, "allreduce");
+    std::copy(total.begin(), total.end(), r.x + mine);
+    r.ops.assign(2 * (r.D - 1), Pending());
+    for (std::size_t k = 0, i = 0; k < r.D; k++) {
+        if (k == r.me) continue;
+        post(r.ops[i++], comm, me_rank, false, r.x + r.lo(k), (r.lo(k + 1) - r.lo(k)) * sizeof(T), r.ranks[k], tag, "allreduce");
+        post(r.ops[i++], comm, me_rank, true, r.x + mine, mine_n * sizeof(T), r.ranks[k], tag, "allreduce");
     }
-    wait_all(ops, me_rank, timeout);
+    r.half = 2;
+}
+}  // namespace
+
+template <typename T>
+void MpiComm::allreduce(T* data, std::size_t n, const std::vector<int>& ranks) {
+    Reduction<T> r;
+    r.me = position_in(ranks, rank(), size()), r.D = ranks.size(), r.n = n, r.ranks = ranks;
+    if (r.D == 1) return;
+    // GPU data: the whole array in host memory (staged once, not per message).
+    const bool gpu = n > 0 && pt::device_of(data).cuda;
+    std::vector<T> host;
+    r.x = data;
+    if (gpu) {
+        host.resize(n);
+        pt::copy_bytes(host.data(), data, n * sizeof(T));
+        r.x = host.data();
+    }
+    MPI_Comm comm = world_.comms_->coll;
+    post_reduce_scatter(r, comm, rank(), kReduceTag);
+    wait_all(r.ops, rank(), world_.timeout_s());
+    add_and_post_gather(r, comm, rank(), kGatherTag);
+    wait_all(r.ops, rank(), world_.timeout_s());
     if (gpu) pt::copy_bytes(data, host.data(), n * sizeof(T));
 }
 
 void MpiComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
 void MpiComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) { allreduce(data, n, ranks); }
+
+// ---- background sums: posted now, advanced whenever this rank starts another, finished by wait_sums
+
+struct MpiComm::Background {
+    std::list<Reduction<float>> sums;   // in the order they started (every member's order)
+};
+
+MpiComm::MpiComm(MpiWorld& world) : world_(world), sending_(std::make_unique<Sends>()), bg_(std::make_unique<Background>()) {}
+
+MpiComm::~MpiComm() {
+    for (auto& r : bg_->sums)   // left only by a failing rank: no message may land in freed memory
+        for (Pending& p : r.ops)
+            if (p.req != MPI_REQUEST_NULL) {
+                if (!p.send) MPI_Cancel(&p.req);
+                MPI_Request_free(&p.req);
+            }
+    try {   // the last messages of a run reach their peers before MPI_Finalize
+        reap_sends(true);
+    } catch (...) {   // a peer gone: the job is ending with an error reported elsewhere
+        for (Pending& p : sending_->in_flight)
+            if (p.req != MPI_REQUEST_NULL) MPI_Request_free(&p.req);
+    }
+}
+
+void MpiComm::start_sum(float* data, std::size_t n, const std::vector<int>& ranks) {
+    if (n > 0 && pt::device_of(data).cuda) throw std::logic_error("MpiComm::start_sum: GPU data is summed by allreduce_sum");
+    Reduction<float>& r = bg_->sums.emplace_back();
+    r.me = position_in(ranks, rank(), size()), r.D = ranks.size(), r.n = n, r.ranks = ranks, r.x = data;
+    r.span.start = Clock::now();
+    if (r.D > 1) post_reduce_scatter(r, world_.comms_->coll, rank(), kBackgroundReduceTag);
+    // The earlier sums move on as far as their messages allow, without waiting: a reduce-scatter that
+    // is in gets summed and its all-gather posted, so the transfers keep overlapping the backward.
+    // All-gathers are posted in the order the sums started, as on every member: MPI matches a
+    // peer's messages of one tag in the order they were posted.
+    for (Reduction<float>& e : bg_->sums) {
+        if (e.half == 1 && !test_all(e.ops, rank())) break;
+        if (e.half == 1) add_and_post_gather(e, world_.comms_->coll, rank(), kBackgroundGatherTag);
+        if (e.half == 2 && test_all(e.ops, rank())) e.half = 3, e.span.end = Clock::now();
+    }
+}
+
+std::vector<AsyncSum::Span> MpiComm::wait_sums() {
+    std::vector<Span> spans;
+    for (Reduction<float>& r : bg_->sums) {
+        if (r.half == 1) wait_all(r.ops, rank(), world_.timeout_s()), add_and_post_gather(r, world_.comms_->coll, rank(), kBackgroundGatherTag);
+        if (r.half == 2) wait_all(r.ops, rank(), world_.timeout_s()), r.half = 3, r.span.end = Clock::now();
+        if (r.D == 1) r.span.end = r.span.start;
+        spans.push_back(r.span);
+    }
+    bg_->sums.clear();
+    return spans;
+}
 
 // ---- one rank per process -------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/async_sum.hpp"
 #include "src/tags.hpp"
 
 namespace pt {
@@ -71,7 +72,7 @@ class MpiWorld {
 // waiting for its peer to take the message). Every schedule pp::validate accepts is safe with
 // unbuffered sends, so buffering cannot deadlock one. A send still in flight is finished by a
 // later call, or, at the latest, by the destructor (with the deadline).
-class MpiComm : public pp::Comm {
+class MpiComm : public pp::Comm, public AsyncSum {
  public:
     explicit MpiComm(MpiWorld& world);
     ~MpiComm() override;
@@ -84,14 +85,20 @@ class MpiComm : public pp::Comm {
     void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) override;
     void barrier() override;
     void abort(const std::string& why) override { world_.abort(why); }
+    // AsyncSum: the reduce-scatter's messages are posted at once, on the main thread (MPI is
+    // FUNNELED); each later start_sum moves the earlier sums on as far as their messages allow.
+    void start_sum(float* data, std::size_t n, const std::vector<int>& ranks) override;   // CPU data
+    std::vector<Span> wait_sums() override;
 
  private:
     template <typename T>
     void allreduce(T* data, std::size_t n, const std::vector<int>& ranks);
     void reap_sends(bool wait);   // drops the sends that are done; wait: until all are (deadline)
     struct Sends;                 // the sends in flight, each with its own copy of the bytes
+    struct Background;            // the background sums in flight
     MpiWorld& world_;
     std::unique_ptr<Sends> sending_;
+    std::unique_ptr<Background> bg_;
 };
 
 // Runs fn(comm) as this process's rank, on the calling (main) thread, while a second thread is its

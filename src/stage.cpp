@@ -218,7 +218,7 @@ void TransformerStage::backward_weight(int microbatch, int chunk) {
     auto& layers = chunks_[chunk];
     for (int i = int(layers.size()) - 1; i >= 0; i--) {
         f.stash[i]->unpack();   // a no-op unless packed (bf16)
-        layers[i]->backward_weight(*f.stash[i], mb, opt_);
+        if (layers[i]->backward_weight(*f.stash[i], mb, opt_) && grads_done) grads_done(*layers[i]);
         f.stash[i].reset();
     }
     release(microbatch, chunk);

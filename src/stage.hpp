@@ -5,6 +5,7 @@
 // and re-runs its forward just before the backward; the counter-based dropout RNG makes the
 // recomputed activations bitwise equal to the ones it threw away.
 #pragma once
+#include <functional>
 #include <map>
 #include <tuple>
 #include <memory>
@@ -42,6 +43,7 @@ class TransformerStage : public pp::Stage {
     Layer* layer(int index);                           // null if not here
     size_t peak_stash_bytes() const { return peak_bytes_; }
     int peak_stashes() const { return peak_live_; }    // most (micro-batch, chunk) pairs from F to their last backward
+    std::function<void(Layer&)> grads_done;   // when set: told as each layer's gradients of the step are final
 
     // pp::Stage
     pp::Bytes input_buffer(pp::Op op, int microbatch, int chunk) override;

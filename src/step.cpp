@@ -1,6 +1,8 @@
 // src/step.cpp — see step.hpp.
 #include "src/step.hpp"
 
+#include "src/dp_overlap.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -202,11 +204,12 @@ void gather_from_owners(pp::Comm& comm, TransformerStage& stage, const RankPlace
 
 }   // namespace
 
-void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at) {
+void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& at, DpReducer* dp) {
     for (Layer* l : stage.layers())
         if (l->summing()) throw std::logic_error("layer " + std::to_string(l->index()) + ": a micro-batch's backward is missing");
     // The replicas first, each copy of the tied embedding apart, then the copies: the order of one device.
     if (at.D > 1 && at.zero) reduce_to_owners(comm, stage, at);
+    else if (dp) dp->finish();
     else if (at.D > 1)
         for (Layer* l : stage.layers()) comm.allreduce_sum(l->grads.data(), l->grads.size(), at.data_parallel_group());
     if (!at.zero || at.d == 0) tied_sum(comm, stage, cfg, at);   // ZeRO-1: replica 0 updates the word embedding

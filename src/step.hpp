@@ -20,6 +20,7 @@ namespace pt {
 struct RankPlace {
     int P = 1, D = 1, p = 0, d = 0;
     bool zero = false;   // ZeRO-1: each parameter tensor is updated by one replica (zero_owners)
+    bool overlap = false;   // each layer's data-parallel sum starts once its gradients are final (DpReducer)
     std::vector<int> pipeline_group() const;   // replica d's ranks: d*P .. d*P + P-1
     std::vector<int> data_parallel_group() const;   // pipeline rank p of every replica
     std::vector<int> everyone() const;   // 0 .. P*D - 1
@@ -56,9 +57,11 @@ struct TrainingDiverged : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-// 1. The gradients: the tied word embedding's two copies summed, then the data-parallel sum over
-// the replicas, both in a fixed order.
-void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& place);
+class DpReducer;
+// 1. The gradients: the data-parallel sum over the replicas (finished by `dp` when given: the sums
+// started during the backward, src/dp_overlap.hpp), then the tied word embedding's two copies.
+void sum_gradients(pp::Comm& comm, TransformerStage& stage, const ModelConfig& cfg, const RankPlace& place,
+                   DpReducer* dp = nullptr);
 
 // 2. The global gradient norm, clipping, AdamW and the check that the tied copies agree; returns
 // the norm before clipping. Throws TrainingDiverged on a NaN or infinite norm, on every rank at

@@ -3,7 +3,7 @@
 // Every transfer of the step has been received by then, so these never meet one, though their
 // numbers are transfer tags too (pipeline.hpp's transfer_tag). The tied word embedding's two copies
 // (its gradients, then the check of its weights), and the gathers to rank 0: a layer's weights
-// (kTagLayer + the layer's index), a timeline and the clock errors (two tags each: a size, then the
+// (kTagLayer + the layer's index), a timeline, the clock errors and the moments' bytes (two tags each: a size, then the
 // bytes), the clocks' ping-pong.
 #pragma once
 
@@ -16,6 +16,7 @@ enum OtherTag : int {
     kTagZeroParams = 9004,   // ... and its new values back to every replica
     kTagTimeline = 9200,     // and 9201
     kTagClockError = 9202,   // and 9203
+    kTagMoments = 9204,      // and 9205: the AdamW moments' bytes of each rank
     kTagClock = 9300,
     kTagLayer = 20000,       // + layer index (a model has at most 1026 layers)
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "src/dp_overlap.hpp"
 #include "src/watchdog.hpp"
 
 namespace pt {
@@ -24,13 +25,14 @@ StepOutcome train_step(pp::Pipeline& pipe, pp::Comm& comm, TransformerStage& sta
     pt::beat("forward/backward");
     Clock::time_point origin = hooks.start ? hooks.start() : Clock::now();
     Clock::time_point t0 = Clock::now();
+    DpReducer dp(comm, at, stage);   // each layer's data-parallel sum starts as its gradients are final
     pipe.run_step(origin);
     if (hooks.after_schedule) hooks.after_schedule(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
 
     pt::beat("gradient sum");
-    sum_gradients(comm, stage, cfg, at);
+    sum_gradients(comm, stage, cfg, at, &dp);
     if (hooks.after_grads) hooks.after_grads();
-    StepOutcome out;
+    StepOutcome out{0, 0, dp.spans(origin)};
     pt::beat("optimizer");
     if (u.apply) out.norm = update_weights(comm, stage, opt, cfg, at, u);
     pt::beat("loss");

@@ -23,6 +23,7 @@ namespace pt {
 struct StepOutcome {
     double norm = 0;       // the global gradient norm, before clipping (0 without an update)
     double loss_sum = 0;   // summed over every rank's micro-batches: divide by the global targets
+    std::vector<pp::Event> dp_spans;   // the data-parallel sums that overlapped the backward (DpReducer)
 };
 
 // What a caller may add to the step; all optional.

@@ -2,12 +2,14 @@
 // `scripts/mpirun.sh N mpi_comm_worker MODE TIMEOUT`. Every rank checks what it received itself
 // and prints "rank R: MODE ok" at the end; a failed check throws, so the job ends non-zero.
 //
-//   exchange  send/recv, group, a wrong-size receive, allreduce_sum (bitwise against ThreadComm
-//             on the same inputs, computed here in-process) and barrier
+//   exchange  send/recv, group, a wrong-size receive, allreduce_sum and background sums (bitwise
+//             against ThreadComm on the same inputs, computed here in-process) and barrier
+//   idle      rank 1 waits 2 s for a message and prints the CPU time it burnt meanwhile
 //   timeout   rank 1 waits for F3, which rank 0 never sends (it sends F4)
 //   abort     rank 2 aborts while the others wait for it
 //   exit      rank 1 ends (std::_Exit) while the others wait for it;  kill: it SIGKILLs itself
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -165,6 +167,44 @@ void allreduce(pp::Comm& comm) {
         }
 }
 
+// MpiComm's background sums (AsyncSum, the data-parallel overlap): three in flight at once over a
+// group, in any member order, each with the bits of allreduce_sum (ThreadComm's, in-process).
+void background_sums(pp::Comm& comm) {
+    auto& async = dynamic_cast<pt::AsyncSum&>(comm);
+    const int me = comm.rank(), N = comm.size();
+    std::vector<std::vector<int>> groups = {{}};
+    for (int r = 0; r < N; r++) groups[0].push_back(r);
+    if (N == 4) groups.push_back({3, 0, 2});
+    const std::vector<std::size_t> sizes = {1, 7, 1000003};
+    for (const std::vector<int>& g : groups) {
+        std::vector<std::vector<float>> x;
+        for (std::size_t n : sizes) x.push_back(input<float>(me, n));
+        if (std::find(g.begin(), g.end(), me) != g.end()) {
+            for (std::size_t i = 0; i < sizes.size(); i++) async.start_sum(x[i].data(), sizes[i], g);
+            require(async.wait_sums().size() == sizes.size(), "one span per background sum");
+        }
+        for (std::size_t i = 0; i < sizes.size(); i++)
+            require(std::memcmp(x[i].data(), thread_reference<float>(N, me, sizes[i], g).data(), sizes[i] * sizeof(float)) == 0,
+                    "background sum of " + std::to_string(sizes[i]) + " floats: not allreduce_sum's bits");
+    }
+}
+
+// The CPU a rank burns while it waits 2 s for a message (MpiComm polls: bounded, it sleeps).
+void idle(pp::Comm& comm) {
+    std::vector<char> buf(8);
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(2)), comm.send(buf.data(), 8, 1, 0);
+    if (comm.rank() != 1) return;
+    auto cpu_s = [] {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);   // every thread of the process: the rank, its watchdog, MPI's
+        return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+    };
+    double wall0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(), cpu0 = cpu_s();
+    comm.recv(buf.data(), 8, 0, 0);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - wall0;
+    std::printf("rank 1: waited %.3f s, CPU %.3f s\n", wall, cpu_s() - cpu0);
+}
+
 void say(const char* line) {
     std::printf("%s\n", line);
     std::fflush(stdout);
@@ -189,7 +229,7 @@ void barrier(pp::Comm& comm) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: mpi_comm_worker exchange|timeout|abort|exit|kill|late TIMEOUT_S\n");
+        std::fprintf(stderr, "usage: mpi_comm_worker exchange|idle|timeout|abort|exit|kill|late TIMEOUT_S\n");
         return 2;
     }
     const std::string mode = argv[1];
@@ -207,7 +247,10 @@ int main(int argc, char** argv) {
             if (mode == "exchange") {
                 p2p(comm);
                 allreduce(comm);
+                background_sums(comm);
                 barrier(comm);
+            } else if (mode == "idle") {
+                idle(comm);
             } else if (mode == "timeout") {
                 if (me == 1) {
                     say("rank 1: receiving F3");

@@ -54,6 +54,20 @@ void exchange(int np) {
 TEST_CASE("send/recv, group, all-reduce (bitwise ThreadComm's) and barrier on 2 ranks") { exchange(2); }
 TEST_CASE("send/recv, group, all-reduce (bitwise ThreadComm's) and barrier on 4 ranks") { exchange(4); }
 
+// A waiting rank polls MPI_Test (every wait has a deadline, so no blocking MPI_Wait), but sleeps
+// between polls once the first 100 found nothing: waiting costs the core almost nothing.
+TEST_CASE("a rank that waits 2 s for a message burns under 10% of a core meanwhile") {
+    Job job = launch(2, "idle", 20, 60);
+    INFO("mpirun output:\n" << job.out);
+    REQUIRE(job.code == 0);
+    size_t at = job.out.find("rank 1: waited ");
+    REQUIRE(at != std::string::npos);
+    double wall = 0, cpu = 0;
+    REQUIRE(std::sscanf(job.out.c_str() + at, "rank 1: waited %lf s, CPU %lf s", &wall, &cpu) == 2);
+    CHECK(wall > 1.5);
+    CHECK(cpu < 0.1 * wall);
+}
+
 TEST_CASE("a receive that nobody sends times out, naming the rank, the peer and the tag") {
     Job job = launch(2, "timeout", 2, 30, "rank 1: receiving");
     INFO("mpirun output:\n" << job.out);

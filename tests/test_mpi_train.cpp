@@ -142,6 +142,23 @@ TEST_CASE("processes: any P x D (1x4, 2x2, 4x1) writes one device's model; 2x2 r
     CHECK(model_difference(dir + "/resumed/model.safetensors", dir + "/one/model.safetensors") == "");
 }
 
+// MpiComm posts each layer's reduce-scatter as soon as the layer's gradients are final and moves it
+// on whenever the rank starts another: the sums' spans in the trace begin while the backward runs.
+TEST_CASE("processes overlap the data-parallel sums with the backward (--dp-overlap 1): the bits of no overlap") {
+    std::string dir = test::temp_dir("mpi_overlap");
+    std::string flags = common(2) + " --dp 2 --micro-batches 2";
+    Run t = test::run_cli("train " + flags + " --dp-overlap 0 --out " + dir + "/threads");
+    REQUIRE_MESSAGE(t.code == 0, t.out);
+    Run p = test::run_command(mpirun(4) + PT_CLI + " train " + flags + " --dp-overlap 1 --comm mpi --trace " + dir +
+                              "/t.json --out " + dir + "/procs");
+    INFO("processes:\n" << p.out);
+    REQUIRE(p.code == 0);
+    CHECK(model_difference(dir + "/procs/model.safetensors", dir + "/threads/model.safetensors") == "");
+    std::string trace = test::read_file(dir + "/t.json");
+    for (int rank = 0; rank < 4; rank++)   // each process's sums on a track of their own
+        CHECK_MESSAGE(trace.find("\"rank " + std::to_string(rank) + ": data-parallel sums\"") != std::string::npos, rank);
+}
+
 // With 2 ranks an all-reduce adds the same two numbers whatever its slice order; with 3 it does
 // not: the gradient sum of 3 replicas must be the threads' bits too.
 TEST_CASE("processes write the bits of threads: a 3-rank all-reduce (dp 3)") {

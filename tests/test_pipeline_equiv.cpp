@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "pipeline_lab.hpp"
 #include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
@@ -188,6 +190,44 @@ TEST_CASE("--zero 1 gives the bits of --zero 0 (D = 2, 4), each rank holding its
         CHECK(shared[p] + shared[2 + p] == full[p]);   // every tensor's moments on exactly one replica
         CHECK(std::max(shared[p], shared[2 + p]) < 0.65 * full[p]);
     }
+}
+
+// Overlap: each layer's data-parallel sum starts on a thread of its rank as soon as the layer's last
+// weight gradient of the step exists. A sum started before the gradient was final, or a layer
+// summed twice or not at all, would change the bits.
+TEST_CASE("--dp-overlap 1 gives the bits of --dp-overlap 0, and the trace shows the sums beside the backward") {
+    int n = 0;
+    for (const char* layout : {"--stages 1 --dp 2 --micro-batches 2", "--stages 2 --dp 2 --micro-batches 2 --schedule 1f1b",
+                               "--stages 2 --dp 2 --micro-batches 4 --schedule zb-h1",
+                               "--stages 2 --dp 2 --micro-batches 2 --schedule interleaved --chunks 2 --recompute full",
+                               "--stages 2 --dp 4 --micro-batches 1 --schedule gpipe", "--stages 2 --dp 2 --micro-batches 2 --zero 1"}) {
+        std::string at_end = train("ov0_" + std::to_string(n), std::string(layout) + " --dp-overlap 0");
+        std::string beside = train("ov1_" + std::to_string(n++), std::string(layout) + " --dp-overlap 1");
+        CHECK_MESSAGE(first_difference(at_end, beside, 0) == "", layout);
+    }
+    std::string dir = temp_dir("ovtrace");
+    Run r = run_cli("train" + kCommon + " --batch 8 --stages 2 --dp 2 --micro-batches 2 --out " + dir + " --trace " + dir + "/t.json");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    auto events = nlohmann::json::parse(read_file(dir + "/t.json")).at("traceEvents");
+    for (int rank = 0; rank < 4; rank++) {
+        int sums = 0;
+        double first_sum = 1e300, last_backward = 0;
+        for (const auto& e : events) {
+            if (e.value("pid", -1) != rank || e.value("ph", "") != "X") continue;
+            if (e.value("tid", -1) == 100000 + rank && e.value("name", "") == "dp sum") sums++, first_sum = std::min(first_sum, e.value("ts", 0.0));
+            std::string cat = e.value("cat", "");
+            if (e.value("tid", -1) == rank && (cat == "B" || cat == "BW"))
+                last_backward = std::max(last_backward, e.value("ts", 0.0) + e.value("dur", 0.0));
+        }
+        INFO("rank " << rank);
+        CHECK(sums >= 2);   // one per layer of the stage, and each stage holds two at least
+        CHECK(first_sum < last_backward);   // the first layer's sum ran while the backward went on
+    }
+    CHECK(r.out.find("data-parallel") == std::string::npos);   // the sums stay out of the ASCII chart
+    Run off = run_cli("train" + kCommon + " --batch 8 --stages 2 --dp 2 --micro-batches 2 --dp-overlap 0 --out " + dir +
+                      "/off --trace " + dir + "/off.json");
+    REQUIRE_MESSAGE(off.code == 0, off.out);
+    CHECK(read_file(dir + "/off.json").find("\"dp sum\"") == std::string::npos);
 }
 
 // Bitwise needs each replica's M to be a power of two (its micro-batches then form one subtree

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <tuple>
@@ -388,6 +389,47 @@ TEST_CASE("allreduce sums in the order of ranks, identical bits everywhere") {
         CHECK(std::memcmp(&got[r], &expected, sizeof(float)) == 0);
         CHECK(got_d[r] == 7.0);
     }
+}
+
+// The background sums (AsyncSum): the bits of allreduce_sum, several in flight at once while the
+// rank goes on with its pipeline messages, and a member that never starts its sum is an error in
+// one line after the deadline, not a hang.
+TEST_CASE("ThreadComm's background sums give allreduce_sum's bits; a missing member times out") {
+    std::vector<float> value = {1e8f, 1.0f, -1e8f, 3.5f, 0.125f};
+    std::vector<int> order = {2, 0, 3, 1, 4};
+    float expected[2];
+    for (int k = 0; k < 2; k++) {   // the tree over the positions of `order`: ((x2 + x0) + (x3 + x1)) + x4
+        auto x = [&](int r) { return value[r] * float(k + 1); };
+        expected[k] = ((x(2) + x(0)) + (x(3) + x(1))) + x(4);
+    }
+    ThreadWorld world(5, 2.0);
+    std::vector<std::array<float, 2>> got(5);
+    run_ranks(world, [&](int r) {
+        ThreadComm comm(world, r);
+        float a = value[r], b = 2 * value[r];
+        comm.start_sum(&a, 1, order), comm.start_sum(&b, 1, order);
+        int token = r;   // pipeline messages go on meanwhile, on their own channel
+        if (r > 0) comm.send(&token, sizeof token, r - 1, 7);
+        if (r < 4) comm.recv(&token, sizeof token, r + 1, 7);
+        CHECK(comm.wait_sums().size() == 2);
+        got[r] = {a, b};
+    });
+    for (int r = 0; r < 5; r++) {
+        CHECK(std::memcmp(&got[r][0], &expected[0], sizeof(float)) == 0);
+        CHECK(std::memcmp(&got[r][1], &expected[1], sizeof(float)) == 0);
+    }
+    ThreadWorld lonely(2, 0.3);
+    std::string error;
+    try {
+        run_ranks(lonely, [&](int r) {
+            ThreadComm comm(lonely, r);
+            float x = 1;
+            if (r == 1) comm.start_sum(&x, 1, {0, 1}), comm.wait_sums();   // rank 0 never starts its half
+        });
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    CHECK(error == "rank 1: recv from rank 0 timed out after 0.3 s (waiting for allreduce)");
 }
 
 TEST_CASE("two data-parallel pipelines on one world") {

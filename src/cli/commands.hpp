@@ -75,6 +75,14 @@ void write_schedule_json(const std::string& path, const std::string& name, const
 // each rank's live stashes and their bytes (stash_bytes[r] / stashes[r] a stash) over the step.
 std::string with_trace_counters(const std::string& trace, const std::vector<pp::Event>& events, double loss,
                                 const std::vector<RankStep>& ranks);
+// `more` (",\n"-led JSON events) added to a pp::chrome_trace text.
+std::string with_trace_events(const std::string& trace, const std::string& more);
+// The data-parallel sums that ran beside the backward, each rank's on a track of its own (tid
+// kSumLane + rank), and each rank's AdamW moments' bytes as a counter (ZeRO-1 splits them).
+constexpr int kSumLane = 100000;
+std::string with_dp_sums(const std::string& trace, const std::vector<pp::Event>& sums, const std::vector<double>& moment_bytes);
+// A data-parallel sum of DpReducer::spans (src/step.hpp), not a pipeline transfer.
+bool is_dp_sum(const pp::Event& e);
 // Per rank: compute, waiting, transfer and idle time, and the bubble; lines to print.
 std::string rank_time_report(const std::vector<RankStep>& ranks);
 // A failed run that saved nothing leaves no --out: removes metrics.jsonl and schedule.json when

@@ -23,7 +23,7 @@ namespace {
 const char* kUsage =
     "usage: pipetrain COMMAND [flags]          (flags in [ ] are optional)\n"
     "  train      (--data F | --inputs F.safetensors) --out DIR [--model DIR | --preset NAME | --resume DIR]\n"
-    "             [--stages P] [--micro-batches M] [--batch B] [--seq L] [--dp D [--zero 0|1]] [--chunks V]\n"
+    "             [--stages P] [--micro-batches M] [--batch B] [--seq L] [--dp D [--zero 0|1] [--dp-overlap 1|0]] [--chunks V]\n"
     "             [--schedule gpipe|1f1b|interleaved|looped-bfs|zb-h1|zb-h2|interleaved-zb|zbv|dualpipev|auto]\n"
     "             [--memory-cap BYTES (auto)] [--recompute none|full]\n"
     "             [--partition time|params|memory|uniform] [--objective mlm|causal] [--vocab-size N] [--blocks N]\n"
@@ -33,7 +33,7 @@ const char* kUsage =
     "             [--threads T] [--timeout SECONDS] [--device cpu|cuda[:N]] [--dtype fp32|bf16]\n"
     "             [--comm auto|thread|nccl|mpi] [--overwrite] [--dry-run]\n"
     "             defaults: --preset tiny --blocks the preset's --stages 1 --micro-batches 1 --batch 8 --seq 64\n"
-    "             --dp 1 --zero 0 --chunks 1 (2 for zbv, dualpipev) --schedule gpipe (P = 1) or 1f1b --recompute none\n"
+    "             --dp 1 --zero 0 --dp-overlap 1 --chunks 1 (2 for zbv, dualpipev) --schedule gpipe (P = 1) or 1f1b --recompute none\n"
     "             --partition time --memory-cap P stashes --steps 10 --lr 1e-3 --warmup steps/10\n"
     "             --weight-decay 0.01 --clip 1 --dropout the model's (0.1) --seed 1234 --threads 1 --timeout 120\n"
     "             --device cpu --dtype fp32 --comm auto --save-format hf --keep 2 --eval-every steps/5 for a\n"

@@ -200,12 +200,36 @@ std::string with_trace_counters(const std::string& trace, const std::vector<pp::
             counter("stash", r, t, {{"stashes", live}, {"bytes", live * per_stash}});
         }
     }
-    // pp::chrome_trace ends "\n]}\n": the counters go before the "]", after a comma if events came first.
+    return with_trace_events(trace, counters);
+}
+
+bool is_dp_sum(const pp::Event& e) { return e.comm && e.detail.rfind("data-parallel sum", 0) == 0; }
+
+std::string with_trace_events(const std::string& trace, const std::string& more) {
+    // pp::chrome_trace ends "\n]}\n": `more` goes before the "]", after a comma if events came first.
     size_t close = trace.rfind(']');
-    if (close == std::string::npos) return trace;
+    if (close == std::string::npos || more.empty()) return trace;
     size_t open = trace.find('[');
     bool empty = trace.find_first_not_of(" \n", open + 1) == close;
-    return trace.substr(0, close) + (empty ? counters.substr(2) : counters) + "\n" + trace.substr(close);
+    return trace.substr(0, close) + (empty ? more.substr(2) : more) + "\n" + trace.substr(close);
+}
+
+std::string with_dp_sums(const std::string& trace, const std::vector<pp::Event>& sums, const std::vector<double>& moment_bytes) {
+    std::string more;
+    auto add = [&](const nlohmann::json& e) { more += ",\n" + e.dump(); };
+    std::vector<int> lanes;   // a track of its own beside each rank's, as the sums run beside its backward
+    for (const pp::Event& e : sums) {
+        if (std::find(lanes.begin(), lanes.end(), e.rank) == lanes.end()) {
+            lanes.push_back(e.rank);
+            add({{"name", "thread_name"}, {"ph", "M"}, {"pid", e.rank}, {"tid", kSumLane + e.rank},
+                 {"args", {{"name", "rank " + std::to_string(e.rank) + ": data-parallel sums"}}}});
+        }
+        add({{"name", "dp sum"}, {"cat", "comm"}, {"ph", "X"}, {"pid", e.rank}, {"tid", kSumLane + e.rank},
+             {"ts", e.start}, {"dur", e.end - e.start}, {"args", {{"detail", e.detail}}}});
+    }
+    for (size_t r = 0; r < moment_bytes.size(); r++)   // constant over the run: one point at its start
+        add({{"name", "AdamW moments"}, {"ph", "C"}, {"pid", int(r)}, {"tid", int(r)}, {"ts", 0}, {"args", {{"bytes", moment_bytes[r]}}}});
+    return with_trace_events(trace, more);
 }
 
 // ---- compute against communication -------------------------------------------------------------

@@ -94,7 +94,8 @@ struct TrainFlags {
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
     int save_every = 0, keep = 2;                      // --save-every, --keep
     bool zero = false;                                 // --zero 1: ZeRO-1 over the D replicas
-    RankPlace place(int rank) const { return {P, D, rank % P, rank / P, zero}; }
+    bool overlap = true;                               // --dp-overlap 0: data-parallel sums after the backward
+    RankPlace place(int rank) const { return {P, D, rank % P, rank / P, zero, overlap}; }
     Device device;                                     // --device: rank r on GPU (index + r) mod count
     std::string comm, schedule_name, dtype = "fp32";   // --comm (resolved by choose_comm), --schedule, --dtype
     double timeout = 120;                              // --timeout
@@ -133,6 +134,7 @@ struct TrainRun : TrainFlags {
     std::vector<int> peak_stashes;                     // [p] (micro-batch, chunk) pairs held at once, replica 0
     std::vector<pp::Event> trace_events;               // every rank's last step, on rank 0's clock
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
+    std::vector<double> moment_bytes;                  // [rank]: its AdamW moments' bytes, for the trace
     EvalResult final_eval;
     int eval_step = 0;                                 // the step of the evaluation in progress
     // ---- plots (src/cli/plot.cpp): OUT/metrics.jsonl, a line per step; the step being logged
@@ -177,7 +179,8 @@ void resume_defaults(Args& a, const nlohmann::json& saved);
 std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool grads,
                                    std::vector<std::unique_ptr<Layer>>& held);
 void save_checkpoint(TrainRun& w, pp::Comm& comm, int rank, int step);
-void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::Event>& timeline);
+void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::Event>& timeline,
+                  const std::vector<pp::Event>& dp_sums);
 void save_final_model(TrainRun& w, pp::Comm& comm, int rank);
 std::string continue_command(const std::string& program, const std::vector<std::string>& argv,
                              const std::string& checkpoint);

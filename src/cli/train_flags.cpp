@@ -27,6 +27,7 @@ void read_flags(TrainFlags& w, Setup& s, Args& a) {
     w.P = int(a.integer("--stages", 1, 1, 64));
     w.D = int(a.integer("--dp", 1, 1, 64));
     w.zero = a.integer("--zero", 0, 0, 1) == 1;
+    w.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1;
     w.M = int(a.integer("--micro-batches", 1, 1, 4096));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
     w.threads = int(a.integer("--threads", 1, 1, 256));
@@ -137,7 +138,8 @@ int train_main(const std::vector<std::string>& argv, const std::string& program)
                   "--seq", "--schedule", "--chunks", "--memory-cap", "--recompute", "--steps", "--lr", "--seed", "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--blocks", "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
-                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm", "--zero"},
+                  "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm", "--zero",
+                  "--dp-overlap"},
            {"--dry-run", "--overwrite"});
     std::string comm = a.str("--comm", "auto");
     if (comm != "auto" && comm != "thread" && comm != "nccl" && comm != "mpi")

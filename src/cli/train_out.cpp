@@ -296,13 +296,19 @@ void resume_defaults(Args& a, const nlohmann::json& saved) {
 }
 
 // After the last step: every rank's timeline of it, on rank 0's clock, to rank 0.
-void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::Event>& timeline) {
+void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::Event>& timeline,
+                  const std::vector<pp::Event>& dp_sums) {
     // Measured now, right after the step it is for: clocks drift apart (a few µs a second).
     double clock_error = 0, clock_offset = clock_offset_us(w, comm, rank, &clock_error);
     std::vector<pp::Event> events = timeline;
+    events.insert(events.end(), dp_sums.begin(), dp_sums.end());
     for (pp::Event& e : events) e.rank = rank, e.start += clock_offset, e.end += clock_offset;
     std::vector<std::string> all = gather_bytes(comm, rank, pack_events(events), pt::kTagTimeline);
     std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), pt::kTagClockError);
+    double moments = double(w.optim[rank]->bytes());   // ZeRO-1 shows here: about 1/D of them
+    std::vector<std::string> held = gather_bytes(comm, rank, std::string((const char*)&moments, sizeof moments), pt::kTagMoments);
+    w.moment_bytes.assign(held.size(), 0.0);
+    for (size_t r = 0; r < held.size(); r++) std::memcpy(&w.moment_bytes[r], held[r].data(), std::min(sizeof(double), held[r].size()));
     for (size_t r = 0; r < all.size(); r++) {
         std::vector<pp::Event> e = unpack_events(all[r]);
         w.trace_events.insert(w.trace_events.end(), e.begin(), e.end());

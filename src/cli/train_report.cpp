@@ -83,6 +83,27 @@ std::string bubble_report(const TrainRun& w, int blocks, const Args& a) {
     return out;
 }
 
+// --trace: the last step of every rank (replica d's ranks are d*P .. d*P+P-1), from 0.
+void write_trace(TrainRun& w, Args& a) {
+    double first = 1e300;
+    for (const pp::Event& e : w.trace_events) first = std::min(first, e.start);
+    for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
+    std::vector<pp::Event> sums;   // the data-parallel sums go on tracks of their own
+    for (const pp::Event& e : w.trace_events)
+        if (is_dp_sum(e)) sums.push_back(e);
+    w.trace_events.erase(std::remove_if(w.trace_events.begin(), w.trace_events.end(), is_dp_sum), w.trace_events.end());
+    for (pp::Event& e : w.trace_events)   // what a compute event ran: its layers
+        if (!e.comm) {
+            const std::vector<int>& l = w.split[e.rank % w.P][e.action.chunk];
+            e.detail = "layers " + std::to_string(l.front()) + "-" + std::to_string(l.back());
+        }
+    // plots: counters (loss, stashes per rank) join the timeline's events
+    std::string trace = with_trace_counters(pp::chrome_trace(w.trace_events), w.trace_events, w.last_loss, w.record.ranks);
+    write_file_atomic(a.str("--trace"), with_dp_sums(trace, sums, w.moment_bytes));
+    std::printf("%s", pp::ascii_timeline(w.trace_events, w.P, terminal_columns()).c_str());
+    if (w.mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
+}
+
 }  // namespace
 
 // Rank 0's first lines: the model, the data, the pipeline, the devices, the split.
@@ -141,21 +162,7 @@ int finish(TrainRun& w, const Setup& s, Args& a, const std::vector<std::string>&
                      continue_command(program, argv, ckpt).c_str());
         return interrupt_exit_code(w.stop_signal);
     }
-    if (w.trace) {   // the last step of every rank (replica d's ranks are d*P .. d*P+P-1), from 0
-        double first = 1e300;
-        for (const pp::Event& e : w.trace_events) first = std::min(first, e.start);
-        for (pp::Event& e : w.trace_events) e.start -= first, e.end -= first;
-        for (pp::Event& e : w.trace_events)   // what a compute event ran: its layers
-            if (!e.comm) {
-                const std::vector<int>& l = w.split[e.rank % w.P][e.action.chunk];
-                e.detail = "layers " + std::to_string(l.front()) + "-" + std::to_string(l.back());
-            }
-        // plots: counters (loss, stashes per rank) join the timeline's events
-        write_file_atomic(a.str("--trace"), with_trace_counters(pp::chrome_trace(w.trace_events), w.trace_events,
-                                                                w.last_loss, w.record.ranks));
-        std::printf("%s", pp::ascii_timeline(w.trace_events, w.P, terminal_columns()).c_str());
-        if (w.mpi) std::printf("trace: every rank's clock put on rank 0's, within ±%.0f µs (half the fastest round trip)\n", w.clock_error_us);
-    }
+    if (w.trace) write_trace(w, a);
     std::printf("peak stash bytes per stage:");
     for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.peak_stash[p]);
     std::printf("\npeak stashes per stage (micro-batch, chunk):");

@@ -187,6 +187,7 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
     pt::WatchedPipeline watched(pipe);   // the watchdog (run_ranks) reports where it is
     auto t_start = Clock::now();
     int diverging = 0;   // steps in a row with the loss above check_divergence's limit
+    std::vector<pp::Event> dp_spans;   // the last step's data-parallel sums beside the backward
     for (int step = w.start_step; step < w.steps; step++) {
         pt::beat("batch", step + 1);   // counted from 1, as the progress line does
         Batch global = batch_of_step(s, step);
@@ -194,6 +195,7 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
         float lr = float(lr_at(step, w.steps, w.warmup, w.lr));
         std::vector<double> slots;
         StepOutcome o = take_step(w, pipe, comm, stage, opt, at, global, step, lr, slots);
+        dp_spans = std::move(o.dp_spans);
         check_divergence(w, step, targets ? o.loss_sum / double(targets) : 0.0, diverging);
         if (slots[0] > 0) w.stop_signal = agreed_signal(slots[0]);
         bool stop = slots[0] > 0 && step + 1 < w.steps;   // after the last step, the run ends as usual
@@ -221,7 +223,7 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
     }
     stage.to(Device{});   // the end: save and evaluate on the host
     synchronize();
-    if (w.trace) gather_trace(w, comm, rank, pipe.timeline());
+    if (w.trace) gather_trace(w, comm, rank, pipe.timeline(), dp_spans);
     if (!w.stopped_at) save_final_model(w, comm, rank);
     // A signal after the last step's reduction (during the final save) may have reached only
     // some ranks: agree once more, so that every rank exits with the same code.

@@ -150,7 +150,7 @@ std::string placement_rule(const pp::Layout& l) {
 pp::Layout choose_layout(const File& f, const CsvExpect& e) {
     int P = int(f.rows.size()), top = -1;
     if (e.P > 0 && e.P != P)
-        throw std::runtime_error(f.name + ": " + std::to_string(P) + " lines (one per rank), but --stages " + std::to_string(e.P));
+        throw std::runtime_error(f.name + ": " + count_of(P, "line") + " (one per rank), but --stages " + std::to_string(e.P));
     int V = e.V > 0 ? e.V : pp::kMaxChunks;
     for (const auto& row : f.rows)
         for (const Cell& c : row) {

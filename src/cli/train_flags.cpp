@@ -135,7 +135,8 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
 // rank is left waiting for one that has gone.
 int train_main(const std::vector<std::string>& argv, const std::string& program) {
     Args a(argv, {"--data", "--inputs", "--out", "--model", "--preset", "--stages", "--micro-batches", "--batch",
-                  "--seq", "--schedule", "--chunks", "--memory-cap", "--recompute", "--steps", "--lr", "--seed", "--dropout",
+                  "--seq", "--schedule", "--schedule-file", "--chunks", "--memory-cap", "--recompute", "--steps", "--lr", "--seed",
+                  "--dropout",
                   "--threads", "--dp", "--objective", "--trace", "--dump-grads", "--partition", "--vocab-size",
                   "--blocks", "--warmup", "--clip", "--weight-decay", "--timeout", "--task", "--labels", "--eval",
                   "--eval-every", "--save-format", "--save-every", "--keep", "--resume", "--device", "--dtype", "--comm", "--zero",

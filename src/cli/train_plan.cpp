@@ -11,6 +11,7 @@
 
 #include "pipeline_lab.hpp"
 #include "src/cli/args.hpp"
+#include "src/cli/schedule_csv.hpp"
 #include "src/comm.hpp"
 #include "src/device.hpp"
 #include "src/mpi_comm.hpp"
@@ -70,6 +71,28 @@ std::vector<pp::Costs> stage_costs(const std::vector<std::vector<std::vector<int
         costs[p].f /= V, costs[p].bi /= V, costs[p].bw /= V;
     }
     return costs;
+}
+
+// --schedule-file F.csv (PyTorch's schedule CSV, at --stages and --micro-batches) or --schedule NAME
+// into w.schedule, w.V and w.schedule_name; true for auto, which plan_auto plans later.
+bool choose_schedule(TrainRun& w, Args& a) {
+    if (a.has("--schedule-file")) {
+        if (a.has("--schedule")) throw std::runtime_error("--schedule-file: not with --schedule (the file is the schedule)");
+        if (a.has("--memory-cap")) throw std::runtime_error("--memory-cap: only with --schedule auto");
+        CsvSchedule file = read_schedule_csv(a.str("--schedule-file"),
+                                             {w.P, w.M, int(a.integer("--chunks", 0, 1, pp::kMaxChunks)), ""});
+        w.schedule = file.schedule, w.V = file.V;
+        w.schedule_name = a.str("--schedule-file");
+        return false;
+    }
+    w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
+    bool planned = w.schedule_name == "auto";   // from the measured costs, in plan_pipeline
+    require_chunks(w.schedule_name, a.has("--chunks"));
+    w.V = int(a.integer("--chunks", default_chunks(w.schedule_name), 1, pp::kMaxChunks));
+    if (planned && w.V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
+    if (a.has("--memory-cap") && !planned) throw std::runtime_error("--memory-cap: only with --schedule auto");
+    if (!planned) w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
+    return planned;
 }
 
 }  // namespace
@@ -154,13 +177,7 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
 // The schedule, the devices, the split of the layers over the ranks, and how the layers run.
 void plan_pipeline(TrainRun& w, const Setup& s, Args& a) {
     w.recompute = for_flag("--recompute", [&] { return parse_recompute(a.str("--recompute", "none")); });
-    w.schedule_name = a.str("--schedule", w.P == 1 ? "gpipe" : "1f1b");
-    bool planned = w.schedule_name == "auto";   // from the measured costs, below
-    require_chunks(w.schedule_name, a.has("--chunks"));
-    w.V = int(a.integer("--chunks", default_chunks(w.schedule_name), 1, pp::kMaxChunks));
-    if (planned && w.V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
-    if (a.has("--memory-cap") && !planned) throw std::runtime_error("--memory-cap: only with --schedule auto");
-    if (!planned) w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
+    bool planned = choose_schedule(w, a);
     bool dry = a.has("--dry-run");   // plans on this machine's CPU: a GPU line can be checked without one
     w.device = parse_device(a.str("--device", "cpu"), !dry);
     w.gpus = w.device.cuda && !dry ? cuda_device_count() : 0;   // a CPU run never opens the CUDA driver

@@ -192,8 +192,9 @@ inline Schedule from_building_block(int P, int M, const std::vector<std::array<i
 // V-Min: on rank r chunk 0's F runs at slot r and its BI at 4P-1-r, chunk 1's at 2P-1-r and 2P+r.
 // The two lifespans add up to about 4P slots and a micro-batch enters every 6, so a rank holds at
 // most 2⌊(P+4)/3⌋ (micro-batch, chunk) stashes (2M if fewer): the activations of ⌊(P+4)/3⌋
-// micro-batches on a whole stage, a third of 1F1B's P. With costs per chunk F = BI = BW, P >= 2 and
-// M >= P each rank idles 4P-5 units of 6M (+2 when 3 divides P): bubble about 2P/(3M), 1F1B's P/M.
+// micro-batches on a whole stage: a third of 1F1B's P as P grows (a half at P = 8). With costs per
+// chunk F = BI = BW, P >= 2 and M >= P each rank idles 4P-5 units of 6M (+2 when 3 divides P):
+// bubble about 2P/(3M), 1F1B's P/M.
 inline Schedule v_min(int P, int M) {
     detail::check_sizes("v_min", P, M);
     int gap = P % 3 == 0 ? 2 : 0;  // without it F and BI of a rank would share a slot modulo 6

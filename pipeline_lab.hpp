@@ -1,16 +1,18 @@
 // pipeline_lab.hpp — the rest of the pipeline lab, on top of the copyable core (pipeline.hpp):
-// the zero-bubble family (ZB-H1, interleaved zero bubble, ZB-H2), ZB-V and DualPipeV, looped BFS,
-// late-send plans, the simulator, the `auto` planner, the timeline (ASCII and Chrome trace) and
-// the layer partitioner. Standard C++17 library only, namespace pp as in the core.
+// the zero-bubble family (ZB-H1, interleaved zero bubble, ZB-H2), ZB-V, V-Half, V-Min, DualPipeV,
+// looped BFS, late-send plans, the simulator, the `auto` planner, the timeline (ASCII and Chrome
+// trace) and the layer partitioner. Standard C++17 library only, namespace pp as in the core.
 //
 // A schedule whose sends must leave late (looped BFS, and most of these) runs with the plan from
 // `plan_for(schedule, V)`, passed to pp::Pipeline and pp::validate (docs/communication.md).
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,6 +157,62 @@ inline Schedule zbv(int P, int M) {
         while (bw[0] < M) BW(0);
     }
     return schedule;
+}
+
+// V-Half and V-Min (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", §4; the
+// authors' zbv_greedy.py): the V placement built from one building block repeated every 6 slots.
+// Rank r runs F of chunk 0, F of chunk 1, BI of chunk 1 and BI of chunk 0 of micro-batch i at
+// slots start[r] + 6i, and its BWs in the slots left free, oldest first. A stash lives about as
+// many slots as its F is ahead of its BW, so the block's lifespan sets the memory: the list of
+// actions is what we keep (simulate and the executor close the empty slots). The paper then
+// reorders the warm-up and cool-down greedily to shave the bubble; we do not.
+namespace detail {
+inline Schedule from_building_block(int P, int M, const std::vector<std::array<int, 4>>& start) {
+    const Action block[4] = {{Op::F, 0, 0}, {Op::F, 0, 1}, {Op::BI, 0, 1}, {Op::BI, 0, 0}};
+    Schedule schedule(P);
+    schedule.placement = Placement::vee;
+    for (int rank = 0; rank < P; rank++) {
+        std::map<int, Action> at;  // slot -> action
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < 4; k++)
+                if (!at.insert({start[rank][k] + 6 * i, {block[k].op, i, block[k].chunk}}).second)
+                    throw std::logic_error("from_building_block: two actions share a slot");  // a wrong block
+        std::vector<Action> owed;  // BWs whose BI has run, oldest first
+        for (int t = 0; t <= at.rbegin()->first || !owed.empty(); t++) {
+            auto a = at.find(t);
+            if (a != at.end() && a->second.op == Op::BI) owed.push_back({Op::BW, a->second.microbatch, a->second.chunk});
+            if (a != at.end()) schedule[rank].push_back(a->second);
+            else if (!owed.empty()) schedule[rank].push_back(owed.front()), owed.erase(owed.begin());
+        }
+    }
+    return schedule;
+}
+}  // namespace detail
+
+// V-Min: on rank r chunk 0's F runs at slot r and its BI at 4P-1-r, chunk 1's at 2P-1-r and 2P+r.
+// The two lifespans add up to about 4P slots and a micro-batch enters every 6, so a rank holds at
+// most 2⌊(P+4)/3⌋ (micro-batch, chunk) stashes (2M if fewer): the activations of ⌊(P+4)/3⌋
+// micro-batches on a whole stage: a third of 1F1B's P as P grows (a half at P = 8). With costs per
+// chunk F = BI = BW, P >= 2 and M >= P each rank idles 4P-5 units of 6M (+2 when 3 divides P):
+// bubble about 2P/(3M), 1F1B's P/M.
+inline Schedule v_min(int P, int M) {
+    detail::check_sizes("v_min", P, M);
+    int gap = P % 3 == 0 ? 2 : 0;  // without it F and BI of a rank would share a slot modulo 6
+    std::vector<std::array<int, 4>> start;
+    for (int r = 0; r < P; r++) start.push_back({r, 2 * P - 1 - r, 2 * P + gap + r, 4 * P + gap - 1 - r});
+    return detail::from_building_block(P, M, start);
+}
+
+// V-Half: V-Min's block stretched, chunk 0's F two slots apart from rank to rank; the lifespans add
+// up to about 6P slots: at most 2⌊(P+2)/2⌋ stashes (2M if fewer), half of 1F1B's activations. With
+// costs per chunk F = BI = BW and M >= P each rank idles (7(P-1) + gap)/2 units of 6M (gap = 3 for
+// even P): bubble about 7P/(12M).
+inline Schedule v_half(int P, int M) {
+    detail::check_sizes("v_half", P, M);
+    int gap = P % 2 == 0 ? 3 : 0;  // as in V-Min: no two actions of a rank in one slot modulo 6
+    std::vector<std::array<int, 4>> start;
+    for (int r = 0; r < P; r++) start.push_back({2 * r, 3 * P - 2 - r, 3 * P - 1 + gap + 2 * r, 6 * P - 2 + gap - r});
+    return detail::from_building_block(P, M, start);
 }
 
 // DualPipeV (DeepSeek-V3 report 2024; PyTorch's ScheduleDualPipeV): the V placement with
@@ -576,6 +634,29 @@ inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, con
         for (int q = 0; q < P; q++) fits = fits && r.peak_live[q] <= cap[q];
         if (fits && r.makespan < fastest) best = s, fastest = r.makespan;
     }
+    return best;
+}
+
+// auto on both placements: the plan above, or V-Half or V-Min (the V placement, issue #34) when one
+// fits its cap and simulate says it is faster. The V shape splits the layers into 2P chunks, so it
+// takes its own costs per chunk and its own cap, in (micro-batch, chunk) stashes, per rank: where
+// 1F1B does not fit, V-Min (a third of its activations) or V-Half (a half) may.
+inline Schedule auto_schedule(int P, int M, const std::vector<Costs>& costs, const std::vector<int>& cap,
+                              const std::vector<Costs>& vee_costs, const std::vector<int>& vee_cap) {
+    if (int(vee_costs.size()) != P || int(vee_cap.size()) != P)
+        throw std::invalid_argument("auto_schedule: need the V placement's costs and cap of each of the " + std::to_string(P) + " ranks");
+    Schedule best;
+    double fastest = HUGE_VAL;
+    bool loop_fits = true;  // the greedy plan fits any cap of at least one stash
+    for (int r = 0; r < P; r++) loop_fits = loop_fits && cap[r] >= 1;
+    if (loop_fits) best = auto_schedule(P, M, costs, cap), fastest = simulate(best, costs).makespan;
+    for (const Schedule& s : {v_half(P, M), v_min(P, M)}) {
+        SimResult r = simulate(s, vee_costs);
+        bool fits = true;
+        for (int q = 0; q < P; q++) fits = fits && r.peak_live[q] <= vee_cap[q];
+        if (fits && r.makespan < fastest) best = s, fastest = r.makespan;
+    }
+    if (best.empty()) throw std::invalid_argument("auto_schedule: no schedule fits the memory cap");
     return best;
 }
 

@@ -52,7 +52,7 @@ table() {
     "~$core_budget" "${core[@]}"
   row "lesson" 'the core + `kernels/ops.*` + the CPU spec kernels (`kernels/cpu/`) + `src/{config,model,batch,stage,comm,step,train_step,ernie,pairwise}`' \
     "~$lesson_budget" "${lesson[@]}"
-  row "schedules lab" '`pipeline_lab.hpp`: the zero-bubble family, ZB-V, DualPipeV, looped BFS, late-send plans, simulate, auto, timeline, partition' \
+  row "schedules lab" '`pipeline_lab.hpp`: the zero-bubble family, ZB-V, V-Half, V-Min, DualPipeV, looped BFS, late-send plans, simulate, auto, timeline, partition' \
     "none; each schedule one function" "${lab[@]}"
   row "CPU speed" '`kernels/cpu/gemm_blocked.cpp` (the micro-kernels), `vecmath.hpp`, `threads.cpp` + `parallel.hpp` (the pool)' \
     "none" "${speed[@]}"

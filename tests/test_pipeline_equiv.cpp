@@ -85,16 +85,16 @@ TEST_CASE("P in {1,2,4} x every schedule x recompute gives bitwise-identical par
         }
 }
 
-// The schedules of issue #18. P = 4 with two chunks per rank needs 8 virtual stages: the small
+// The schedules of issues #18 and #34. P = 4 with two chunks per rank needs 8 virtual stages: the small
 // preset (6 blocks, embedding and head) has 8 layers, the tiny one 6.
-TEST_CASE("looped BFS, interleaved ZB, ZB-H2, ZB-V, DualPipeV and auto: the bits of one device") {
+TEST_CASE("looped BFS, interleaved ZB, ZB-H2, ZB-V, V-Half, V-Min, DualPipeV and auto: the bits of one device") {
     for (int P : {2, 4}) {
         std::string preset = P == 2 ? "tiny" : "small";
         int M = 2 * P;
         std::string mb = " --micro-batches " + std::to_string(M);
         std::string reference = train("ref18_" + preset, "--stages 1" + mb, 8, preset);   // one device
         int n = 0;
-        for (const char* schedule : {"looped-bfs --chunks 2", "interleaved-zb --chunks 2", "zb-h2", "zbv", "dualpipev", "auto"})
+        for (const char* schedule : {"looped-bfs --chunks 2", "interleaved-zb --chunks 2", "zb-h2", "zbv", "v-half", "v-min", "dualpipev", "auto"})
             for (const char* recompute : {"none", "full"}) {
                 std::string args = "--stages " + std::to_string(P) + mb + " --schedule " + schedule + " --recompute " + recompute;
                 std::string model = train("new" + std::to_string(P) + "_" + std::to_string(n++), args, 8, preset);

@@ -51,6 +51,8 @@ void for_each_schedule(Fn fn) {  // fn(std::string name, ...)
             fn("zb-h1", P, M, 1, zero_bubble_h1(P, M));
             fn("zb-h2", P, M, 1, zero_bubble_h2(P, M));
             fn("zbv", P, M, 2, zbv(P, M));
+            fn("v-half", P, M, 2, v_half(P, M));
+            fn("v-min", P, M, 2, v_min(P, M));
             if (M >= 2 * P) fn("dualpipev", P, M, 2, dualpipev(P, M));
             fn("auto", P, M, 1, auto_schedule(P, M, std::vector<Costs>(P), std::vector<int>(P, P)));
             for (int V = 1; V <= 3; V++) fn("looped-bfs", P, M, V, looped_bfs(P, M, V));
@@ -408,7 +410,7 @@ TEST_CASE("validate proves every schedule deadlock-free for P in {2, 4, 8} and e
             std::vector<std::pair<const char*, Schedule>> all = {
                 {"gpipe", gpipe(P, M)},         {"1f1b", one_f_one_b(P, M)},   {"zb-h1", zero_bubble_h1(P, M)},
                 {"zb-h2", zero_bubble_h2(P, M)}, {"zbv", zbv(P, M)},            {"looped-bfs 2", looped_bfs(P, M, 2)},
-                {"looped-bfs 3", looped_bfs(P, M, 3)},
+                {"looped-bfs 3", looped_bfs(P, M, 3)}, {"v-half", v_half(P, M)}, {"v-min", v_min(P, M)},
                 {"auto", auto_schedule(P, M, std::vector<Costs>(P), std::vector<int>(P, P))}};
             if (M >= 2 * P) all.push_back({"dualpipev", dualpipev(P, M)});
             if (M % P == 0)

@@ -298,10 +298,17 @@ TEST_CASE("train --schedule-file: PyTorch's schedules train to one device's bits
         std::string model = train(std::string("csv_") + file, "--stages 2 --schedule-file " + kTorch + file);
         CHECK_MESSAGE(first_difference(reference, model) == "", file << " against one device");
     }
+    // Without --micro-batches, the file's M (4) is the run's: the same run.
+    std::string inferred = temp_dir("csv_inferred");
+    Run r = run_cli("train" + common.substr(0, common.find("--micro-batches")) + "--stages 2 --schedule-file " + kTorch +
+                    "ScheduleZBVZeroBubble_P2_M4.csv --out " + inferred);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    CHECK(r.out.find("4 micro-batches") != std::string::npos);
+    CHECK(first_difference(reference, inferred + "/model.safetensors") == "");
     // The comparison can fail: another seed changes the bits.
     std::string other = train("csv_seed", "--stages 2 --seed 8 --schedule-file " + kTorch + "ScheduleZBVZeroBubble_P2_M4.csv");
     CHECK(first_difference(reference, other) != "");
-    Run r = run_cli("train" + common + "--stages 2 --schedule zbv --schedule-file " + kTorch + "ScheduleZBVZeroBubble_P2_M4.csv --out " +
+    r = run_cli("train" + common + "--stages 2 --schedule zbv --schedule-file " + kTorch + "ScheduleZBVZeroBubble_P2_M4.csv --out " +
                     temp_dir("csv_both"));
     CHECK(r.out.find("--schedule-file: not with --schedule (the file is the schedule)") != std::string::npos);
     r = run_cli("train" + common.substr(0, common.find("--micro-batches")) + "--micro-batches 2 --stages 2 --schedule-file " + kTorch +

@@ -37,6 +37,46 @@ pp::Costs read_costs(const Args& a) {
     return costs;
 }
 
+// A chunk is 1/V of a stage, so V chunks cost what one stage does.
+pp::Costs per_chunk(pp::Costs c, int V) {
+    c.f /= V, c.bi /= V, c.bw /= V;
+    return c;
+}
+
+// --schedule auto: the cap counts a whole stage's stashes (there is no model to weigh them); a
+// V-shaped plan's chunk holds half a stage, so it may hold twice as many.
+pp::Schedule plan_auto_stashes(int P, int M, const pp::Costs& costs, int cap) {
+    std::vector<pp::Costs> loop(P, costs), vee(P, per_chunk(costs, 2));
+    return pp::auto_schedule(P, M, loop, std::vector<int>(P, cap), vee, std::vector<int>(P, 2 * cap));
+}
+
+// Which named schedule `s` is (auto's pick), or "the greedy plan".
+std::string name_of(const pp::Schedule& s, int P, int M) {
+    for (const char* name : {"1f1b", "zb-h1", "zb-h2", "v-half", "v-min"})
+        if (make_schedule(name, P, M, default_chunks(name)) == s) return name;
+    return "the greedy plan";
+}
+
+// `pipetrain schedule --compare`: bubble against peak activation memory of the schedules that trade
+// one for the other, at the same P, M and costs, each simulated (pp::simulate). Memory is the most
+// any rank stashes, in a whole stage's activations of one micro-batch: a V chunk's stash is half.
+std::string compare_schedules(int P, int M, const pp::Costs& costs) {
+    std::string out = "schedule  chunks  makespan  bubble  peak stashes  activations (stages)  of 1f1b's\n";
+    double base = 0;
+    for (const char* name : {"1f1b", "zb-h1", "zbv", "v-half", "v-min"}) {
+        int V = default_chunks(name);
+        pp::SimResult r = pp::simulate(make_schedule(name, P, M, V), per_chunk(costs, V));
+        int peak = *std::max_element(r.peak_live.begin(), r.peak_live.end());
+        double stages = double(peak) / V;
+        if (base == 0) base = stages;
+        char line[160];
+        std::snprintf(line, sizeof line, "%-8s  %6d  %8.2f  %5.1f%%  %12d  %20.1f  %8.2f\n", name, V, r.makespan,
+                      100 * r.bubble, peak, stages, stages / base);
+        out += line;
+    }
+    return out;
+}
+
 // --import F.csv: PyTorch's schedule CSV, its ranks, micro-batches and chunks from the file unless given.
 pp::Schedule imported(const Args& a, int* P, int* M, int* V, std::string* name) {
     for (const char* flag : {"--schedule", "--memory-cap"})
@@ -57,26 +97,33 @@ pp::Schedule generated(const Args& a, const pp::Costs& costs, int* P, int* M, in
     *V = int(a.integer("--chunks", default_chunks(*name), 1, pp::kMaxChunks));
     if (a.has("--memory-cap") && *name != "auto") throw std::runtime_error("--memory-cap: only with --schedule auto");
     if (*name != "auto") return make_schedule(*name, *P, *M, *V);
-    // The cap counts micro-batch stashes here: there is no model to weigh them.
     if (*V != 1) throw std::runtime_error("--chunks: the auto schedule plans one chunk per rank");
-    int cap = int(a.integer("--memory-cap", *P, 1, 1 << 20));
-    return pp::auto_schedule(*P, *M, std::vector<pp::Costs>(*P, costs), std::vector<int>(*P, cap));
+    return plan_auto_stashes(*P, *M, costs, int(a.integer("--memory-cap", *P, 1, 1 << 20)));
 }
 
 }  // namespace
 
 int schedule_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace", "--svg",
-                  "--import", "--export", "--placement"}, {"--overlap"});
+                  "--import", "--export", "--placement"}, {"--overlap", "--compare"});
     pp::Costs costs = read_costs(a);
+    if (a.has("--compare")) {
+        for (const char* other : {"--schedule", "--chunks", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement"})
+            if (a.has(other))
+                throw std::runtime_error(std::string("--compare: compares 1f1b, zb-h1, zbv, v-half and v-min; drop ") + other);
+        int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
+        std::printf("P = %d, M = %d, costs f,bi,bw = %g,%g,%g per stage (a chunk 1/V of them), comm %g\n%s", P, M, costs.f,
+                    costs.bi, costs.bw, costs.comm, compare_schedules(P, M, costs).c_str());
+        return 0;
+    }
     int P = 0, M = 0, V = 0;
     std::string name;
     pp::Schedule sched = a.has("--import") ? imported(a, &P, &M, &V, &name) : generated(a, costs, &P, &M, &V, &name);
     if (a.has("--export")) check_output_path(a.str("--export"), "--export");
-    pp::Costs chunk = costs;   // a chunk is 1/V of a stage, so V chunks cost what one stage does
-    chunk.f /= V, chunk.bi /= V, chunk.bw /= V;
-    pp::SimResult r = pp::simulate(sched, chunk, V);
+    if (sched.placement == pp::Placement::vee) V = 2;
+    pp::SimResult r = pp::simulate(sched, per_chunk(costs, V), V);
     std::printf("%s", pp::ascii_timeline(r.events, P, terminal_columns()).c_str());
+    if (name == "auto") std::printf("auto picked %s\n", name_of(sched, P, M).c_str());
     if (V > 1)
         std::printf("costs: f,bi,bw = %g,%g,%g per stage, each of the %d chunks of a rank 1/%d of them; comm %g\n", costs.f,
                     costs.bi, costs.bw, V, V, costs.comm);

@@ -7,11 +7,13 @@
 namespace pt {
 
 // The chunks per rank a schedule takes when --chunks is not given: the V shape has two.
-int default_chunks(const std::string& name) { return name == "zbv" || name == "dualpipev" ? 2 : 1; }
+int default_chunks(const std::string& name) {
+    return name == "zbv" || name == "dualpipev" || name == "v-half" || name == "v-min" ? 2 : 1;
+}
 
 namespace {
 const char* const kScheduleNames =
-    "gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev or auto";
+    "gpipe, 1f1b, interleaved, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, v-half, v-min, dualpipev or auto";
 }  // namespace
 
 bool takes_chunks(const std::string& name) {
@@ -41,6 +43,8 @@ pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
     if (name == "zb-h2") return pp::zero_bubble_h2(P, M);
     if (name == "interleaved-zb") return pp::interleaved_zero_bubble(P, M, V);
     if (name == "zbv") return pp::zbv(P, M);
+    if (name == "v-half") return pp::v_half(P, M);
+    if (name == "v-min") return pp::v_min(P, M);
     if (name == "dualpipev") return pp::dualpipev(P, M);
     throw std::runtime_error("--schedule: expected " + std::string(kScheduleNames) + ", got \"" + name + "\"");
 }

@@ -23,10 +23,8 @@ namespace pt {
 
 namespace {
 
-// --schedule auto: each stage's F, BI, BW (the sums of its layers' measured times) and the time
-// of one activation's copy plan a zero-bubble schedule whose stash fits --memory-cap bytes per
-// stage (default: 1F1B's peak, P micro-batches). The plan and its prediction go to the banner.
-pp::Schedule plan_auto(TrainRun& w, const LayerCosts& times, Args& a, size_t activation) {
+// The time of one activation's copy (best of 3): auto's transfer cost.
+double copy_seconds(size_t activation) {
     std::vector<float> from(activation, 1.0f), to(activation);
     double copy = 1e30;
     for (int rep = 0; rep < 3; rep++) {
@@ -34,31 +32,7 @@ pp::Schedule plan_auto(TrainRun& w, const LayerCosts& times, Args& a, size_t act
         std::memcpy(to.data(), from.data(), activation * sizeof(float));
         copy = std::min(copy, std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    std::vector<pp::Costs> costs(w.P, pp::Costs{0, 0, 0, 0});
-    std::vector<int> cap(w.P, w.P);
-    std::vector<double> stash(w.P, 0.0);
-    for (int p = 0; p < w.P; p++) {
-        for (int l : w.split[p][0])
-            costs[p].f += times.f[l], costs[p].bi += times.bi[l], costs[p].bw += times.bw[l], stash[p] += times.stash[l];
-        costs[p].comm = copy;
-        if (a.has("--memory-cap")) {
-            double bytes = a.real("--memory-cap", 0, 1);
-            cap[p] = int(std::min<double>(w.M, std::floor(bytes / std::max(stash[p], 1.0))));
-            if (cap[p] < 1)
-                throw std::runtime_error("--memory-cap: " + human_bytes(bytes) + " holds no stash of stage " +
-                                         std::to_string(p) + " (one micro-batch leaves " + human_bytes(stash[p]) + ")");
-        }
-    }
-    pp::Schedule plan = pp::auto_schedule(w.P, w.M, costs, cap);
-    pp::SimResult r = pp::simulate(plan, costs);
-    char line[256];
-    std::snprintf(line, sizeof line, "auto: planned from measured costs: predicted step %.1f ms, bubble %.1f%%; peak stash per stage",
-                  1e3 * r.makespan, 100 * r.bubble);
-    w.plan_note = line;
-    for (int p = 0; p < w.P; p++)
-        w.plan_note += " " + std::to_string(r.peak_live[p]) + " (" + human_bytes(r.peak_live[p] * stash[p]) + ", cap " +
-                       std::to_string(cap[p]) + ")";
-    return plan;
+    return copy;
 }
 
 // Each rank's F, BI, BW per action (seconds, measured alone): its layers' sums, a chunk 1/V of them.
@@ -93,6 +67,63 @@ bool choose_schedule(TrainRun& w, Args& a) {
     if (a.has("--memory-cap") && !planned) throw std::runtime_error("--memory-cap: only with --schedule auto");
     if (!planned) w.schedule = make_schedule(w.schedule_name, w.P, w.M, w.V);
     return planned;
+}
+
+// One placement as auto sees it: each rank's costs per chunk, the bytes of its largest chunk's
+// stash, and its cap in such stashes: --memory-cap bytes, or by default 1F1B's peak (P stages'
+// worth: P stashes of one chunk per rank, 2P of the V shape's half-stage chunks).
+struct AutoPlacement {
+    std::vector<std::vector<std::vector<int>>> split;
+    std::vector<pp::Costs> costs;
+    std::vector<double> stash;
+    std::vector<int> cap;
+};
+
+AutoPlacement auto_placement(const TrainRun& w, std::vector<std::vector<std::vector<int>>> split, const LayerCosts& times,
+                             Args& a, double copy) {
+    std::vector<pp::Costs> costs = stage_costs(split, times);
+    AutoPlacement at{std::move(split), costs, std::vector<double>(w.P, 0.0), {}};
+    int V = int(at.split[0].size());
+    for (int p = 0; p < w.P; p++) {
+        at.costs[p].comm = copy;
+        for (const std::vector<int>& chunk : at.split[p]) {
+            double bytes = 0;
+            for (int l : chunk) bytes += times.stash[l];
+            at.stash[p] = std::max(at.stash[p], bytes);
+        }
+        double cap = a.has("--memory-cap") ? std::floor(a.real("--memory-cap", 0, 1) / std::max(at.stash[p], 1.0)) : V * w.P;
+        at.cap.push_back(int(std::min<double>(V * w.M, cap)));
+    }
+    return at;
+}
+
+// --schedule auto: each stage's F, BI, BW (the sums of its layers' measured times) and the time
+// of one activation's copy plan a zero-bubble schedule whose stash fits --memory-cap bytes per
+// stage (default: 1F1B's peak, P micro-batches), or V-Half or V-Min on the V placement where they
+// fit and are faster (they need 2P layers). Sets w.schedule, and w.V and w.split for a V shape;
+// the plan and its prediction go to the banner.
+void plan_auto(TrainRun& w, const LayerCosts& costs, const LayerCosts& times, Args& a, size_t activation) {
+    double copy = copy_seconds(activation);
+    AutoPlacement loop = auto_placement(w, w.split, times, a, copy);
+    for (int p = 0; p < w.P; p++)
+        if (loop.cap[p] < 1)
+            throw std::runtime_error("--memory-cap: " + human_bytes(a.real("--memory-cap", 0, 1)) + " holds no stash of stage " +
+                                     std::to_string(p) + " (one micro-batch leaves " + human_bytes(loop.stash[p]) + ")");
+    bool vee_fits = 2 * w.P <= int(costs.cost.size()) && costs.by != "memory";   // --partition memory balances 1F1B
+    AutoPlacement vee = vee_fits ? auto_placement(w, partition_layers(costs, w.P, 2, pp::Placement::vee), times, a, copy)
+                                 : AutoPlacement{{}, loop.costs, {}, std::vector<int>(w.P, 0)};
+    w.schedule = pp::auto_schedule(w.P, w.M, loop.costs, loop.cap, vee.costs, vee.cap);
+    const AutoPlacement& at = w.schedule.placement == pp::Placement::vee ? vee : loop;
+    w.V = int(at.split[0].size()), w.split = at.split;
+    pp::SimResult r = pp::simulate(w.schedule, at.costs);
+    char line[256];
+    std::snprintf(line, sizeof line, "auto: planned from measured costs: predicted step %.1f ms, bubble %.1f%%; peak stash per stage",
+                  1e3 * r.makespan, 100 * r.bubble);
+    w.plan_note = line;
+    for (int p = 0; p < w.P; p++)   // a V shape's: (micro-batch, chunk) stashes, bytes at most those of its largest chunk
+        w.plan_note += " " + std::to_string(r.peak_live[p]) + " (" + human_bytes(r.peak_live[p] * at.stash[p]) + ", cap " +
+                       std::to_string(at.cap[p]) + ")";
+    if (w.V == 2) w.plan_note += std::string("; picked ") + (w.schedule == pp::v_min(w.P, w.M) ? "v-min" : "v-half") + " (V placement)";
 }
 
 }  // namespace
@@ -194,7 +225,7 @@ void plan_pipeline(TrainRun& w, const Setup& s, Args& a) {
                 if (!v->empty()) w.mpi->broadcast(v->data(), v->size() * sizeof(double), 0);
 #endif
     w.split = partition_layers(costs, w.P, w.V, planned ? pp::Placement::loop : w.schedule.placement);
-    if (planned) w.schedule = plan_auto(w, times, a, size_t(rows) * s.T * s.cfg.hidden_size);
+    if (planned) plan_auto(w, costs, times, a, size_t(rows) * s.T * s.cfg.hidden_size);   // may pick a V shape
     w.stage_costs = stage_costs(w.split, times);
     w.owner.assign(num_model_layers(s.cfg), 0);
     for (int p = 0; p < w.P; p++)

@@ -224,6 +224,8 @@ TEST_CASE("--dp-overlap 1 gives the bits of --dp-overlap 0, and the trace shows 
         CHECK(first_sum < last_backward);   // the first layer's sum ran while the backward went on
     }
     CHECK(r.out.find("data-parallel") == std::string::npos);   // the sums stay out of the ASCII chart
+    Run plot = run_cli("plot " + dir + " --out " + dir + "/plots");   // and out of the plotted timeline
+    CHECK_MESSAGE(plot.code == 0, plot.out);
     Run off = run_cli("train" + kCommon + " --batch 8 --stages 2 --dp 2 --micro-batches 2 --dp-overlap 0 --out " + dir +
                       "/off --trace " + dir + "/off.json");
     REQUIRE_MESSAGE(off.code == 0, off.out);

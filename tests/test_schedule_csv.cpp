@@ -70,7 +70,8 @@ std::string first_difference(const std::string& a_path, const std::string& b_pat
 TEST_CASE("every built-in schedule, exported and imported again, is the same schedule") {
     const std::vector<std::pair<std::string, int>> names = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved", 2},
                                                             {"looped-bfs", 2}, {"zb-h1", 1}, {"zb-h2", 1},
-                                                            {"interleaved-zb", 2}, {"zbv", 2}, {"dualpipev", 2}};
+                                                            {"interleaved-zb", 2}, {"zbv", 2}, {"dualpipev", 2},
+                                                            {"v-half", 2}, {"v-min", 2}};
     int overlapped = 0, checked = 0;
     for (const auto& [name, V] : names)
         for (int P : {2, 4})
@@ -91,7 +92,7 @@ TEST_CASE("every built-in schedule, exported and imported again, is the same sch
                     for (const pp::Action& a : rank) overlapped += a.overlapped;
                 checked++;
             }
-    CHECK(checked == 35);
+    CHECK(checked == 43);
     CHECK(overlapped > 0);   // DualPipeV's F&B pairs went through the file
     // The V placement is written as PyTorch numbers it: rank 0 holds stages 0 and 2P-1.
     CHECK(pt::schedule_csv(pp::zbv(2, 4)).substr(0, 12) == "0F0,0F1,0F2,");

@@ -215,8 +215,8 @@ std::string with_trace_events(const std::string& trace, const std::string& more)
 }
 
 std::string with_dp_sums(const std::string& trace, const std::vector<pp::Event>& sums, const std::vector<double>& moment_bytes) {
-    std::string more;
-    auto add = [&](const nlohmann::json& e) { more += ",\n" + e.dump(); };
+    std::string more;   // ordered_json: the keys in pp::chrome_trace's order, which readers may rely on
+    auto add = [&](const nlohmann::ordered_json& e) { more += ",\n" + e.dump(); };
     std::vector<int> lanes;   // a track of its own beside each rank's, as the sums run beside its backward
     for (const pp::Event& e : sums) {
         if (std::find(lanes.begin(), lanes.end(), e.rank) == lanes.end()) {
@@ -498,6 +498,7 @@ std::vector<pp::Event> read_trace(const std::string& path) {
     for (const auto& e : j["traceEvents"]) {
         k++;
         if (!e.is_object() || e.value("ph", "") != "X") continue;
+        if (e.contains("tid") && e.contains("pid") && e["tid"] != e["pid"]) continue;   // a rank's data-parallel sums
         try {
             pp::Event ev;
             ev.rank = e.at("pid").get<int>(), ev.start = e.at("ts").get<double>(), ev.end = ev.start + e.at("dur").get<double>();

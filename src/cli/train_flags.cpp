@@ -31,7 +31,7 @@ void read_flags(TrainFlags& w, Setup& s, Args& a) {
     w.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1;
     // --schedule-file: the file's micro-batches unless --micro-batches says (and is checked against it)
     bool from_file = a.has("--schedule-file") && !a.has("--micro-batches");
-    w.M = int(a.integer("--micro-batches", from_file ? read_schedule_csv(a.str("--schedule-file"), {w.P}).M : 1, 1, 4096));
+    w.M = int(a.integer("--micro-batches", from_file ? read_schedule_csv(a.str("--schedule-file"), {w.P, 0, 0, ""}).M : 1, 1, 4096));
     w.steps = int(a.integer("--steps", 10, 0, 1 << 30));
     w.threads = int(a.integer("--threads", 1, 1, 256));
     w.lr = a.real("--lr", 1e-3, 0);

@@ -14,6 +14,8 @@ int train_main(const std::vector<std::string>& args, const std::string& program)
 int train_main(const std::vector<std::string>& args);   // program: "pipetrain"
 int eval_main(const std::vector<std::string>& args);
 int schedule_main(const std::vector<std::string>& args);
+class Args;
+int predict_main(const Args& a);   // schedule --predict (src/cli/predict.cpp)
 int partition_main(const std::vector<std::string>& args);
 int fill_mask_main(const std::vector<std::string>& args);        // infer.cpp
 int generate_main(const std::vector<std::string>& args);         // infer.cpp
@@ -23,6 +25,7 @@ int tokenize_main(const std::vector<std::string>& args);         // tokenize.cpp
 int vocab_main(const std::vector<std::string>& args);            // tokenize.cpp: --data F --out vocab.txt [--size N]
 int bench_pipeline_main(const std::vector<std::string>& args);   // bench_pipeline.cpp
 int bench_gemm_main(const std::vector<std::string>& args);       // bench_gemm.cpp
+int bench_link_main(const std::vector<std::string>& args);       // bench_link.cpp
 int plot_main(const std::vector<std::string>& args);
 int export_main(const std::vector<std::string>& args);           // export.cpp: --model DIR --onnx --out ODIR             // plot.cpp: OUT | --metrics F --trace F --out DIR
 

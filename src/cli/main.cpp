@@ -58,6 +58,12 @@ const char* kUsage =
     "  schedule   [--stages P] [--micro-batches M] [--schedule S|auto] [--chunks V] [--costs f,bi,bw,comm]\n"
     "             [--memory-cap STASHES (auto)] [--overlap] [--trace F] [--svg F.svg]\n"
     "             [--import F.csv [--placement loop|v]] [--export F.csv]   PyTorch's schedule CSV (P, M, V from the file)\n"
+    "             --predict (--preset NAME | --model DIR) [--blocks N] [--dp D] [--batch B] [--seq L] [--zero 0|1]\n"
+    "             [--dp-overlap 1|0] [--dtype fp32|bf16] [--ranks-per-node N] [--links W_US,W_GBPS,A_US,A_GBPS]\n"
+    "             [--flops F | --measured]: one step of that shape predicted (time, bubble, memory per rank) from a\n"
+    "             link model (within a node, across nodes) and the model's FLOPs at F FLOP/s, or its layers timed here;\n"
+    "             defaults: --preset ernie-3.0-base-zh --dp 1 --batch D*M --seq 512 --ranks-per-node P*D\n"
+    "             --links 5,100,10,12.5 --flops 1e11\n"
     "             --compare: instead of one schedule, a table of bubble against peak activation memory for\n"
     "             1f1b, zb-h1, zbv, v-half and v-min at the same P, M and --costs\n"
     "             defaults: --stages 4 --micro-batches 8 --schedule 1f1b --chunks 1 (2 for zbv, v-half, v-min, dualpipev)\n"
@@ -72,6 +78,9 @@ const char* kUsage =
     "             --schedules gpipe,1f1b --chunks 2 --steps 10 --reps 5\n"
     "  bench-gemm [--shapes MxNxK:nn,...] [--threads T] [--seconds S] [--kernel best|all|plain|avx2|avx512]\n"
     "             GFLOP/s of the CPU GEMM; defaults: --shapes 1024x1024x1024:nn --threads 1 --seconds 0.5 --kernel best\n"
+    "  bench-link [--comm thread|mpi] [--bytes N] [--reps N]   one link's latency and bandwidth (ping-pong of 2\n"
+    "             ranks; mpi: 2 processes under mpirun), for schedule --predict --links\n"
+    "             defaults: --comm mpi under an MPI launcher, else thread; --bytes 4194304 --reps 30\n"
     "any command: --no-verify loads model and checkpoint directories without checking their manifest\n"
     "             (pipetrain_manifest.json: each file's size and SHA-256); a checkpoint (trainer_state.json)\n"
     "             without one is refused unless it is given\n"
@@ -99,7 +108,7 @@ const std::vector<std::pair<std::string, Command>> kCommands = {
     {"generate", pt::generate_main}, {"classify", pt::classify_main}, {"inspect", pt::inspect_main}, {"export", pt::export_main},
     {"tokenize", pt::tokenize_main}, {"vocab", pt::vocab_main}, {"schedule", pt::schedule_main},
     {"partition", pt::partition_main}, {"plot", pt::plot_main}, {"bench-pipeline", pt::bench_pipeline_main},
-    {"bench-gemm", pt::bench_gemm_main}};
+    {"bench-gemm", pt::bench_gemm_main}, {"bench-link", pt::bench_link_main}};
 
 int run(const std::string& cmd, const std::vector<std::string>& args, const char* program) {
     if (cmd == "train") return pt::train_main(args, program);   // 130/143 after Ctrl-C/SIGTERM

@@ -105,7 +105,18 @@ pp::Schedule generated(const Args& a, const pp::Costs& costs, int* P, int* M, in
 
 int schedule_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--stages", "--micro-batches", "--schedule", "--chunks", "--costs", "--memory-cap", "--trace", "--svg",
-                  "--import", "--export", "--placement"}, {"--overlap", "--compare"});
+                  "--import", "--export", "--placement", "--preset", "--model", "--blocks", "--dp", "--batch", "--seq",
+                  "--ranks-per-node", "--dtype", "--zero", "--dp-overlap", "--links", "--flops"},
+           {"--overlap", "--compare", "--predict", "--measured"});
+    for (const char* flag : {"--preset", "--model", "--blocks", "--dp", "--batch", "--seq", "--ranks-per-node", "--dtype",
+                             "--zero", "--dp-overlap", "--links", "--flops", "--measured"})
+        if (a.has(flag) && !a.has("--predict")) throw std::runtime_error(std::string(flag) + ": only with --predict");
+    if (a.has("--predict")) {
+        for (const char* other : {"--costs", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement", "--compare"})
+            if (a.has(other)) throw std::runtime_error(std::string(other) + ": not with --predict");
+        if (a.has("--flops") && a.has("--measured")) throw std::runtime_error("--flops: not with --measured (the layers timed here)");
+        return predict_main(a);
+    }
     pp::Costs costs = read_costs(a);
     if (a.has("--compare")) {
         for (const char* other : {"--schedule", "--chunks", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement"})

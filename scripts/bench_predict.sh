@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The step predictor (`pipetrain schedule --predict`) against runs measured here, then predictions
+# for shapes past this machine (issue #33 §5). Prints, asserts nothing; writes runs/predict-bench.md,
+# or docs/predict-bench.md with --update-docs (generated, never typed):
+#   1. links: `pipetrain bench-link` between two threads, and between two MPI processes on the two
+#      "machines" of tests/netns_mpirun.sh (two network namespaces: TCP over a veth pair);
+#   2. the 2-stage 1F1B pipeline of `small` (batch 16 × seq 128, M = 8), run on 2 threads and as
+#      2 MPI processes, one per namespace: the steady step time;
+#   3. the same shape predicted from the measured links and the layers timed here (--measured);
+#   4. predictions for ERNIE 3.0 base on 64 GPUs, with the assumptions next to the table.
+#   scripts/bench_predict.sh [--quick] [--update-docs]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+table=runs/predict-bench.md
+for arg in "$@"; do
+  case $arg in
+    --quick) quick=1 ;;
+    --update-docs) table=docs/predict-bench.md ;;
+    *) echo "bench_predict.sh: unknown argument $arg (expected --quick, --update-docs)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$(dirname "$table")"
+rounds=$((quick ? 1 : 3)); steps=$((quick ? 4 : 10))
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)" --target pipetrain >/dev/null
+pt=$PWD/build/pipetrain
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for _ in $(seq 60); do cat tests/fixtures/text/sample_zh.txt; done >"$tmp/corpus.txt"
+netns() { PT_NETNS_TIMEOUT=300 tests/netns_mpirun.sh 1 -- "$@"; }
+shape=(--preset small --batch 16 --seq 128 --stages 2 --micro-batches 8 --schedule 1f1b)
+
+# ---- 1. the links --------------------------------------------------------------------------------
+links_of() { awk '/^--links value/ { print $NF }' "$1"; }
+$pt bench-link --comm thread >"$tmp/link-threads"
+thread_link=$(links_of "$tmp/link-threads")
+two_hosts=1
+netns $pt bench-link --comm mpi >"$tmp/link-netns" 2>&1 || two_hosts=0   # 77: no namespaces here (not root, no ip)
+net_link=$([ $two_hosts = 1 ] && links_of "$tmp/link-netns" || echo "")
+cat "$tmp/link-threads"; [ $two_hosts = 1 ] && cat "$tmp/link-netns" || echo "two namespaces: not here ($(tail -n 1 "$tmp/link-netns"))"
+
+# ---- 2. measured steps: the steady tok/s (as bench_parallel.sh), as seconds a step -----------------
+step_ms() {   # $1 = log
+  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
+    awk -v bt=2048 '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.1f", 1e3 * (t - t2) / (n - 2) }'
+}
+best_threads=1e30 best_net=1e30
+for _ in $(seq "$rounds"); do
+  $pt train "${shape[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/t" --overwrite >"$tmp/log-t" 2>&1
+  best_threads=$(awk -v a="$best_threads" -v b="$(step_ms "$tmp/log-t")" 'BEGIN { print (b < a ? b : a) }')
+  if [ $two_hosts = 1 ]; then
+    netns $pt train "${shape[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --comm mpi --out "$tmp/n" \
+      --overwrite >"$tmp/log-n" 2>&1 || { cat "$tmp/log-n"; exit 1; }
+    best_net=$(awk -v a="$best_net" -v b="$(step_ms "$tmp/log-n")" 'BEGIN { print (b < a ? b : a) }')
+  fi
+  rm -rf "$tmp/t" "$tmp/n"
+done
+
+# ---- 3. predicted: the same shape, the layers timed here, the measured link between the ranks -------
+predicted() {   # $1 = link "LAT,GBPS"
+  $pt schedule --predict "${shape[@]}" --measured --ranks-per-node 1 --links "$1,$1" | tee "$tmp/pred" >&2
+  awk '/^step / { print $2 }' "$tmp/pred"
+}
+pred_threads=$(predicted "$thread_link")
+pred_net=$([ $two_hosts = 1 ] && predicted "$net_link" || echo -)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0 && b < 1e29) printf "%.2f", a / b; else printf "-" }'; }
+check_rows="| 2 threads, one process | $thread_link | $best_threads | $pred_threads | $(ratio "$pred_threads" "$best_threads") |
+| 2 MPI processes, one per namespace (TCP over veth) | ${net_link:--} | $([ $two_hosts = 1 ] && echo "$best_net" || echo -) | $pred_net | $(ratio "$pred_net" "$best_net") |"
+
+# ---- 4. past this machine ----------------------------------------------------------------------------
+assume=(--preset ernie-3.0-base-zh --seq 512 --batch 1024 --dtype bf16 --flops 2e14 --links 5,200,10,50)
+future=""
+while IFS='|' read -r what flags; do
+  # shellcheck disable=SC2086
+  out=$($pt schedule --predict "${assume[@]}" $flags)
+  last=$(tail -n 1 <<<"$out")
+  future+="| $what | $(awk '{ print $2 }' <<<"$last") | $(sed -E 's/.*bubble ([0-9.]+%).*/\1/' <<<"$last") | $(sed -E 's/.*up to (.*)$/\1/' <<<"$last") |"$'\n'
+done <<'EOF'
+P 4 × D 16, 1F1B, M 16, 8 nodes of 8|--stages 4 --dp 16 --micro-batches 16 --ranks-per-node 8
+P 4 × D 16, ZB-H1, M 16, 8 nodes of 8|--stages 4 --dp 16 --micro-batches 16 --ranks-per-node 8 --schedule zb-h1
+P 4 × D 16, ZB-V, M 16, 8 nodes of 8|--stages 4 --dp 16 --micro-batches 16 --ranks-per-node 8 --schedule zbv
+P 4 × D 16, 1F1B, M 16, ZeRO-1|--stages 4 --dp 16 --micro-batches 16 --ranks-per-node 8 --zero 1
+P 4 × D 16, 1F1B, M 16, sums after the backward|--stages 4 --dp 16 --micro-batches 16 --ranks-per-node 8 --dp-overlap 0
+P 8 × D 8, 1F1B, M 32, 8 nodes of 8|--stages 8 --dp 8 --micro-batches 32 --ranks-per-node 8
+P 8 × D 8, 1F1B, M 32, 4 nodes of 16|--stages 8 --dp 8 --micro-batches 32 --ranks-per-node 16
+P 8 × D 8, ZB-H1, M 32, 4 nodes of 16|--stages 8 --dp 8 --micro-batches 32 --ranks-per-node 16 --schedule zb-h1
+P 1 × D 64, M 4, 8 nodes of 8|--stages 1 --dp 64 --micro-batches 4 --ranks-per-node 8 --schedule gpipe
+EOF
+
+{
+  echo "# The step predictor (generated by scripts/bench_predict.sh)"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
+  echo
+  echo "## Measured here, and predicted"
+  echo
+  echo "\`pipetrain schedule --predict ${shape[*]} --measured --ranks-per-node 1 --links L,L\`: the"
+  echo "layers timed here one by one, each rank on its own node, L the link \`pipetrain bench-link\` measured"
+  echo "between the two ranks (latency µs, bandwidth GB/s). Measured: \`pipetrain train\` on the same shape,"
+  echo "$steps steady steps, the best of $rounds runs."
+  echo
+  echo "| the two ranks | link (µs, GB/s) | measured ms a step | predicted ms | predicted / measured |"
+  echo "|---|---|---:|---:|---:|"
+  echo "$check_rows"
+  echo
+  echo "## Predicted past this machine: ERNIE 3.0 base (12 blocks, hidden 768, vocab 40000), 64 ranks"
+  echo
+  echo "Assumptions (flags of \`pipetrain schedule --predict\`, \`${assume[*]}\`): batch 1024 sequences of"
+  echo "512 tokens; every layer runs at 2e14 FLOP/s (bf16; about a fifth of an H200's dense peak), its BI and"
+  echo "BW as long as its forward; within a node 5 µs and 200 GB/s (NVLink-class), across nodes 10 µs and"
+  echo "50 GB/s (400 Gb/s InfiniBand); activations stashed in bf16 (half of fp32), weights, gradients and"
+  echo "AdamW moments in fp32 (16 bytes a parameter; ZeRO-1 keeps 1/D of the moments). Not modelled: AdamW's"
+  echo "time, the tied embedding's and the gradient norm's sums, kernel launches, links shared by transfers."
+  echo "Memory: the rank that needs most (weights, gradients, moments and its peak stashes)."
+  echo
+  echo "| shape | step ms | bubble | memory per rank, up to |"
+  echo "|---|---:|---:|---:|"
+  printf '%s' "$future"
+} >"$table"
+cat "$table"
+echo "table written to $table"

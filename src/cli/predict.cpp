@@ -1,0 +1,193 @@
+// src/cli/predict.cpp — `pipetrain schedule --predict`: one optimizer step of a shape this machine
+// cannot run (P stages × D replicas of a real model on many nodes), predicted from a communication
+// model and the model's arithmetic, in seconds (issue #33 §5). Every assumption is a flag, and the
+// command prints them with the prediction:
+//   compute   a layer's forward costs its FLOPs (layer_flops_per_token × rows × T) / --flops, its
+//             input gradient (BI) and its weight gradient (BW) as much again each (a GEMM's two
+//             backward products); or, with --measured, the layers timed here (as `train` times them);
+//   links     rank d·P + p sits on node (d·P + p) / --ranks-per-node; a transfer between two ranks
+//             costs latency + bytes / bandwidth of their link (--links: within a node, then across);
+//             an activation of one micro-batch is rows × T × C × 4 bytes (2 with --dtype bf16);
+//   pipeline  pp::simulate of the schedule with those costs; simulate charges a rank one transfer
+//             cost for what it receives, so a rank gets the slower of its two pipeline links;
+//   replicas  a rank's gradients (4 bytes a parameter) summed over the D replicas in a ring:
+//             2(D-1)/D · bytes / bandwidth + 2(D-1) · latency, on the across link when the replicas
+//             span nodes; with --dp-overlap 1 (as train) all of it but the last layer's share can hide
+//             behind the rank's last backward;
+//   memory    per rank: parameters, gradients and AdamW's two moments (16 bytes a parameter; the
+//             moments 1/D of it with --zero 1) plus the schedule's peak stashes × one micro-batch's
+//             stash of the rank's layers (measured here on one row, times the rows).
+// Not modelled: AdamW's time, the tied embedding's and the gradient norm's sums, kernel launches,
+// transfers that share a link and slow each other.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline_lab.hpp"
+#include "src/cli/args.hpp"
+#include "src/cli/train.hpp"
+#include "src/formats/checkpoint.hpp"
+#include "src/formats/io.hpp"
+
+namespace pt {
+
+namespace {
+
+struct Link {
+    double latency = 0, bandwidth = 1;   // seconds, bytes per second
+    double seconds(double bytes) const { return latency + bytes / bandwidth; }
+};
+
+struct Shape {
+    int P = 1, D = 1, M = 1, V = 1, rows = 1, T = 64, per_node = 1;
+    bool bf16 = false, zero = false, overlap = true;
+    Link within, across;
+    const Link& link(int a, int b) const { return a / per_node == b / per_node ? within : across; }
+};
+
+// --links W_US,W_GBPS,A_US,A_GBPS: latency (µs) and bandwidth (GB/s) within a node, then across nodes.
+void read_links(const Args& a, Shape& s) {
+    std::string text = a.str("--links", "5,100,10,12.5");
+    std::vector<double> v;
+    for (const std::string& x : split(text, ',')) {
+        char* end = nullptr;
+        double d = std::strtod(x.c_str(), &end);
+        if (x.empty() || *end != '\0' || !(d >= 0 && d <= 1e9)) break;
+        v.push_back(d);
+    }
+    if (v.size() != 4 || split(text, ',').size() != 4 || !(v[1] > 0 && v[3] > 0))
+        throw std::runtime_error("--links: expected W_US,W_GBPS,A_US,A_GBPS: latency µs and bandwidth GB/s within a node, "
+                                 "then across nodes (bandwidths above 0), got \"" + text + "\"");
+    s.within = {v[0] * 1e-6, v[1] * 1e9}, s.across = {v[2] * 1e-6, v[3] * 1e9};
+}
+
+// Per layer, one micro-batch: forward, BI, BW seconds and the weights' and the stash's bytes.
+LayerCosts layer_model(const ModelConfig& cfg, const Shape& s, const Args& a) {
+    LayerCosts bytes = layer_costs(cfg, "memory", 1, s.T);   // one row: the stashes, and 16 bytes a parameter
+    for (double& x : bytes.stash) x *= s.rows * (s.bf16 ? 0.5 : 1.0);
+    LayerCosts c = a.has("--measured") ? layer_costs(cfg, "time", s.rows, s.T) : bytes;
+    c.weights = bytes.weights, c.stash = bytes.stash, c.by = "time";
+    if (!a.has("--measured")) {
+        double rate = a.real("--flops", 1e11, 1e6);
+        for (size_t l = 0; l < c.cost.size(); l++) {
+            c.f[l] = c.bi[l] = c.bw[l] = layer_flops_per_token(cfg, int(l), s.T) * s.rows * s.T / rate;
+            c.cost[l] = 3 * c.f[l];
+        }
+    }
+    return c;
+}
+
+// The ring all-reduce of `bytes` over rank p's D replicas: as slow as its slowest hop.
+double replica_sum_seconds(const Shape& s, int p, double bytes) {
+    if (s.D == 1) return 0;
+    bool across = false;
+    for (int d = 1; d < s.D; d++) across = across || &s.link(p, d * s.P + p) == &s.across;
+    const Link& l = across ? s.across : s.within;
+    return 2.0 * (s.D - 1) / s.D * bytes / l.bandwidth + 2.0 * (s.D - 1) * l.latency;
+}
+
+struct RankPrediction {
+    double f = 0, bi = 0, bw = 0, comm = 0, sum = 0, hidden = 0, end = 0, weights = 0, stash = 0;
+    int layers = 0, peak = 0;
+};
+
+std::string ms(double seconds) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4g", 1e3 * seconds);
+    return b;
+}
+
+void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string& name, const pp::SimResult& sim,
+                      const std::vector<RankPrediction>& rank, double step, int B, const Args& a) {
+    std::printf("predicted step: %d blocks (hidden %d, vocab %d), %s × %s, %s (V = %d), %s of %s × T %d, %s\n",
+                cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, count_of(s.P, "stage").c_str(),
+                count_of(s.D, "replica").c_str(), name.c_str(), s.V, count_of(s.M, "micro-batch", "micro-batches").c_str(),
+                count_of(s.rows, "row").c_str(), s.T, s.bf16 ? "bf16" : "fp32");
+    std::printf("assumptions: compute %s; links within a node %g µs, %g GB/s, across %g µs, %g GB/s; %s a node (%s);"
+                " --zero %d, --dp-overlap %d\n",
+                a.has("--measured") ? "as measured here, layer by layer" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
+                s.within.latency * 1e6, s.within.bandwidth / 1e9, s.across.latency * 1e6, s.across.bandwidth / 1e9,
+                count_of(s.per_node, "rank").c_str(), count_of((s.P * s.D + s.per_node - 1) / s.per_node, "node").c_str(), s.zero,
+                s.overlap);
+    std::printf("rank  layers  F / BI / BW ms (a micro-batch)  transfer ms  replica sum ms (hidden)  weights+grads+moments"
+                "  peak stashes × bytes  memory\n");
+    double most = 0;
+    for (int p = 0; p < s.P; p++) {
+        const RankPrediction& r = rank[p];
+        double state = s.zero ? r.weights * (8.0 + 8.0 / s.D) / 16 : r.weights, memory = state + r.peak * r.stash;
+        most = std::max(most, memory);
+        std::string times = ms(r.f) + " / " + ms(r.bi) + " / " + ms(r.bw), sum = ms(r.sum) + " (" + ms(r.hidden) + ")";
+        std::printf("%4d  %6d  %30s  %11s  %23s  %21s  %8d × %9s  %6s\n", p, r.layers, times.c_str(), ms(r.comm).c_str(), sum.c_str(),
+                    human_bytes(state).c_str(), r.peak, human_bytes(r.stash).c_str(), human_bytes(memory).c_str());
+    }
+    std::printf("step %s ms (pipeline %s ms) | bubble %.1f%% | %.0f tok/s | memory per rank up to %s\n", ms(step).c_str(),
+                ms(sim.makespan).c_str(), 100 * sim.bubble, double(B) * s.T / step, human_bytes(most).c_str());
+}
+
+}  // namespace
+
+int predict_main(const Args& a) {
+    ModelConfig cfg = a.has("--model") ? load_model_config(a.str("--model"))
+                                       : for_flag("--preset", [&] { return ModelConfig::preset(a.str("--preset", "ernie-3.0-base-zh")); });
+    cfg.num_hidden_layers = int(a.integer("--blocks", cfg.num_hidden_layers, 1, 1024));
+    Shape s;
+    s.P = int(a.integer("--stages", 4, 1, 64)), s.D = int(a.integer("--dp", 1, 1, 64));
+    s.M = int(a.integer("--micro-batches", 8, 1, 512));
+    int B = int(a.integer("--batch", s.D * s.M, 1, 1 << 24));
+    if (B % (s.D * s.M) != 0)
+        throw std::runtime_error("--batch: " + std::to_string(B) + " rows do not split into --dp " + std::to_string(s.D) +
+                                 " × --micro-batches " + std::to_string(s.M));
+    s.rows = B / (s.D * s.M), s.T = int(a.integer("--seq", 512, 1, cfg.max_position_embeddings));
+    s.per_node = int(a.integer("--ranks-per-node", s.P * s.D, 1, 1 << 20));
+    s.bf16 = a.str("--dtype", "fp32") == "bf16", s.zero = a.integer("--zero", 0, 0, 1) == 1;
+    s.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1;
+    read_links(a, s);
+    std::string name = a.str("--schedule", "1f1b");
+    require_chunks(name, a.has("--chunks"));
+    s.V = int(a.integer("--chunks", default_chunks(name), 1, pp::kMaxChunks));
+    pp::Schedule schedule = make_schedule(name, s.P, s.M, s.V);
+    LayerCosts c = layer_model(cfg, s, a);
+    auto split = partition_layers(c, s.P, s.V, schedule.placement);
+
+    double message = double(s.rows) * s.T * cfg.hidden_size * (s.bf16 ? 2 : 4);
+    std::vector<RankPrediction> rank(s.P);
+    std::vector<pp::Costs> costs(s.P);
+    for (int p = 0; p < s.P; p++) {
+        RankPrediction& r = rank[p];
+        for (const auto& chunk : split[p])
+            for (int l : chunk) r.f += c.f[l], r.bi += c.bi[l], r.bw += c.bw[l], r.weights += c.weights[l], r.layers++;
+        for (const auto& chunk : split[p]) {   // the largest chunk's stash bounds each of the rank's
+            double bytes = 0;
+            for (int l : chunk) bytes += c.stash[l];
+            r.stash = std::max(r.stash, bytes);
+        }
+        // Replica 0's ranks: the others are the same shifted by d·P, on their own nodes or not alike.
+        for (int q : {p - 1, p + 1})
+            if (q >= 0 && q < s.P) r.comm = std::max(r.comm, s.link(p, q).seconds(message));
+        if (s.V == 2) r.comm = std::max(r.comm, s.link(p, s.P - 1 - p).seconds(message));   // the V turns at the last rank
+        costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V, r.comm};
+        r.sum = replica_sum_seconds(s, p, r.weights / 4);   // the gradients: a quarter of the 16 bytes
+    }
+    pp::SimResult sim = pp::simulate(schedule, costs, s.V);
+    double step = 0;
+    for (int p = 0; p < s.P; p++) {
+        RankPrediction& r = rank[p];
+        double last_backward = 0;
+        for (const pp::Event& e : sim.events)
+            if (e.rank == p && !e.comm) {
+                r.end = std::max(r.end, e.end);
+                if (e.action.op != pp::Op::F) last_backward = e.end - e.start;
+            }
+        // Overlapped, a layer's sum starts when its last BW ends: all but the last layer's hide.
+        if (s.overlap && r.layers > 1) r.hidden = std::min(r.sum, last_backward * (r.layers - 1) / r.layers);
+        r.peak = sim.peak_live[p];
+        step = std::max(step, r.end + r.sum - r.hidden);
+    }
+    print_prediction(cfg, s, name, sim, rank, step, B, a);
+    return 0;
+}
+
+}  // namespace pt

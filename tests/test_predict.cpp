@@ -1,0 +1,119 @@
+// `pipetrain schedule --predict` (a step of a shape past this machine, from a link model and the
+// model's FLOPs) against the arithmetic done by hand here, and `pipetrain bench-link`. How close
+// the prediction comes to runs measured here is a benchmark (scripts/bench_predict.sh), not a test.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "tests/cli_util.hpp"
+
+using namespace test;
+
+namespace {
+
+// The preset tiny (hidden C 64, intermediate I 256, vocab V 4000, 4 blocks) at T 16: FLOPs a token of
+// the forward, as the predictor's doc says: embedding 10C, a block 2(4C² + 2CI) + 4TC, the MLM head
+// 2(C² + 0.15CV) (15% of the rows reach the vocabulary).
+constexpr double C = 64, I = 256, V = 4000, T = 16;
+constexpr double kTinyFlops = 10 * C + 4 * (2 * (4 * C * C + 2 * C * I) + 4 * T * C) + 2 * (C * C + 0.15 * C * V);
+
+const std::string kTiny = "schedule --predict --preset tiny --seq 16 --flops 1e9 ";
+
+// The number after `key` in the predictor's output (ms, or bytes with a K/M/G suffix as printed).
+double after(const std::string& out, const std::string& key) {
+    size_t at = out.rfind(key);
+    REQUIRE_MESSAGE(at != std::string::npos, out);
+    return std::atof(out.c_str() + at + key.size());
+}
+
+}  // namespace
+
+TEST_CASE("one device: the step is F + BI + BW of every layer, the FLOPs at --flops") {
+    Run r = run_cli(kTiny + "--stages 1 --micro-batches 1 --batch 1 --schedule gpipe");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    double want_ms = 3 * kTinyFlops * 1 * T / 1e9 * 1e3;   // 1 row of 16 tokens
+    CHECK(after(r.out, "\nstep ") == doctest::Approx(want_ms).epsilon(0.01));
+    CHECK(r.out.find("bubble 0.0%") != std::string::npos);
+    // Twice the rows, twice the time; four micro-batches of them, four times.
+    Run two = run_cli(kTiny + "--stages 1 --micro-batches 4 --batch 8 --schedule gpipe");
+    REQUIRE_MESSAGE(two.code == 0, two.out);
+    CHECK(after(two.out, "\nstep ") == doctest::Approx(8 * want_ms).epsilon(0.01));
+}
+
+// D replicas of one stage: the ring all-reduce of the gradients (4 bytes a parameter: a quarter of
+// the printed weights + gradients + moments), on the link within a node unless the replicas span nodes.
+TEST_CASE("replicas: the ring sum of the gradients, within a node or across, overlapped or not") {
+    const std::string flags = kTiny + "--stages 1 --dp 4 --micro-batches 1 --batch 4 --schedule gpipe --dp-overlap 0 ";
+    Run one = run_cli(kTiny + "--stages 1 --micro-batches 1 --batch 1 --schedule gpipe");
+    Run in = run_cli(flags + "--links 1,1,1000,0.001");
+    Run out = run_cli(flags + "--links 1,1,1000,0.001 --ranks-per-node 1");
+    REQUIRE_MESSAGE(in.code == 0, in.out);
+    REQUIRE_MESSAGE(out.code == 0, out.out);
+    double compute = after(one.out, "\nstep ");
+    auto ring_ms = [](double grad_bytes, double latency_s, double bandwidth) {
+        return 1e3 * (2.0 * 3 / 4 * grad_bytes / bandwidth + 2.0 * 3 * latency_s);
+    };
+    double sum_in = after(in.out, "\nstep ") - compute, sum_out = after(out.out, "\nstep ") - compute;
+    // The gradients' bytes, from the within-node sum: then the across-node one must follow from them.
+    double grad_bytes = (sum_in / 1e3 - 6e-6) / (1.5 / 1e9);
+    CHECK(grad_bytes > 1e5);
+    CHECK(sum_out == doctest::Approx(ring_ms(grad_bytes, 1e-3, 1e6)).epsilon(0.02));
+    // Latency alone (a link of 1 PB/s): 2(D - 1) hops of 2 ms each.
+    Run hops = run_cli(flags + "--links 2000,1e6,2000,1e6");
+    CHECK(after(hops.out, "\nstep ") - compute == doctest::Approx(ring_ms(0, 2e-3, 1e15)).epsilon(0.01));
+    // Overlapped, part of the sum hides behind the backward: never slower, here faster.
+    Run hidden = run_cli(kTiny + "--stages 1 --dp 4 --micro-batches 1 --batch 4 --schedule gpipe --links 1,1,1,1");
+    Run shown = run_cli(kTiny + "--stages 1 --dp 4 --micro-batches 1 --batch 4 --schedule gpipe --links 1,1,1,1 --dp-overlap 0");
+    CHECK(after(hidden.out, "\nstep ") < after(shown.out, "\nstep "));
+}
+
+TEST_CASE("a pipeline: stages split the layers, transfers cost latency + bytes / bandwidth, ZeRO-1 shrinks the state") {
+    Run fast = run_cli(kTiny + "--stages 2 --micro-batches 4 --batch 4 --links 1,1000,1,1000");
+    Run slow = run_cli(kTiny + "--stages 2 --micro-batches 4 --batch 4 --links 1,1000,1,1000 --ranks-per-node 1");
+    Run slower = run_cli(kTiny + "--stages 2 --micro-batches 4 --batch 4 --links 1,1000,1000,0.001 --ranks-per-node 1");
+    REQUIRE_MESSAGE(fast.code == 0, fast.out);
+    CHECK(fast.out.find("2 stages × 1 replica, 1f1b") != std::string::npos);
+    CHECK(after(slow.out, "\nstep ") == doctest::Approx(after(fast.out, "\nstep ")).epsilon(0.01));   // the same link
+    // An activation of one row: 16 × 64 × 4 bytes at 1 MB/s after 1 ms: each of the ~2M transfers on the way.
+    CHECK(after(slower.out, "\nstep ") > after(fast.out, "\nstep ") + 2 * (1 + 16 * 64 * 4 / 1e6 * 1e3));
+    Run zero = run_cli(kTiny + "--stages 1 --dp 4 --micro-batches 1 --batch 4 --zero 1");
+    Run plain = run_cli(kTiny + "--stages 1 --dp 4 --micro-batches 1 --batch 4 --zero 0");
+    CHECK(after(zero.out, "up to ") < after(plain.out, "up to "));
+    // Past this machine, in seconds: 64 stages, 64 replicas, 512 micro-batches.
+    Run big = run_cli("schedule --predict --preset small --blocks 126 --seq 64 --stages 64 --dp 64 --micro-batches 512"
+                      " --batch 32768 --ranks-per-node 8 --flops 1e14");
+    CHECK_MESSAGE(big.code == 0, big.out);
+    CHECK(big.out.find("64 stages × 64 replicas") != std::string::npos);
+}
+
+TEST_CASE("--predict's flags: one line each for what is wrong") {
+    auto error = [](const std::string& args) {
+        Run r = run_cli(args);
+        CHECK(r.code != 0);
+        return r.out;
+    };
+    CHECK(error(kTiny + "--links 1,2,3").find("--links: expected W_US,W_GBPS,A_US,A_GBPS") != std::string::npos);
+    CHECK(error(kTiny + "--links 1,0,3,4").find("bandwidths above 0") != std::string::npos);
+    CHECK(error(kTiny + "--measured").find("--flops: not with --measured") != std::string::npos);
+    CHECK(error("schedule --preset tiny").find("--preset: only with --predict") != std::string::npos);
+    CHECK(error(kTiny + "--dp 3 --micro-batches 2 --batch 8").find("--batch: 8 rows do not split into --dp 3 × --micro-batches 2") !=
+          std::string::npos);
+    CHECK(error(kTiny + "--costs 1,1,1,0").find("--costs: not with --predict") != std::string::npos);
+}
+
+TEST_CASE("bench-link: two threads' latency and bandwidth, and the --links value they make") {
+    Run r = run_cli("bench-link --comm thread --bytes 1048576 --reps 5");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    double latency = 0, bandwidth = 0;
+    size_t at = r.out.find("--links value for this link: ");
+    REQUIRE(at != std::string::npos);
+    REQUIRE(std::sscanf(r.out.c_str() + at, "--links value for this link: %lf,%lf", &latency, &bandwidth) == 2);
+    CHECK(latency > 0);
+    CHECK(bandwidth > 0);
+    Run bad = run_cli("bench-link --comm carrier-pigeon");
+    CHECK(bad.code != 0);
+    CHECK(bad.out.find("--comm: expected thread or mpi") != std::string::npos);
+}

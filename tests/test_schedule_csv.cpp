@@ -293,7 +293,8 @@ TEST_CASE("train --schedule-file: PyTorch's schedules train to one device's bits
     };
     std::string reference = train("csv_ref", "--stages 1");
     // ZB-V and DualPipeV (V placement, BI/BW, overlapped pairs); looped BFS with PyTorch's decreasing
-    // backward order (micro-batch gradients sum in one pairwise tree, whatever the order they come in).
+    // backward order (at M = 4 the exact reverse builds the mirror of the gradients' pairwise tree,
+    // ((g3 + g2) + (g1 + g0)), the same bits by commutativity; another order would not be).
     for (const char* file : {"ScheduleZBVZeroBubble_P2_M4.csv", "ScheduleDualPipeV_P2_M4_lowered.csv",
                              "ScheduleLoopedBFS_P2_M4.csv", "ScheduleInterleavedZeroBubble_P2_M4.csv"}) {
         std::string model = train(std::string("csv_") + file, "--stages 2 --schedule-file " + kTorch + file);

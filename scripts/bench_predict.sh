@@ -4,9 +4,10 @@
 # or docs/predict-bench.md with --update-docs (generated, never typed):
 #   1. links: `pipetrain bench-link` between two threads, and between two MPI processes on the two
 #      "machines" of tests/netns_mpirun.sh (two network namespaces: TCP over a veth pair);
-#   2. the 2-stage 1F1B pipeline of `small` (batch 16 × seq 128, M = 8), run on 2 threads and as
-#      2 MPI processes, one per namespace: the steady step time;
-#   3. the same shape predicted from the measured links and the layers timed here (--measured);
+#   2. `small` (batch 16 × seq 128) as a 2-stage 1F1B pipeline (M = 8) on 2 threads and as 2 MPI
+#      processes, one per namespace, and as 2 replicas (dp 2) across the namespaces with the sums
+#      overlapped and not: the steady step time;
+#   3. the same shapes predicted from the measured links and the layers timed here (--measured);
 #   4. predictions for ERNIE 3.0 base on 64 GPUs, with the assumptions next to the table.
 #   scripts/bench_predict.sh [--quick] [--update-docs]
 set -euo pipefail
@@ -45,28 +46,40 @@ step_ms() {   # $1 = log
   grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
     awk -v bt=2048 '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.1f", 1e3 * (t - t2) / (n - 2) }'
 }
-best_threads=1e30 best_net=1e30
+# name | launched across the namespaces? | the shape's flags (train and predict alike)
+runs=(
+  "2-stage 1F1B, 2 threads of one process|0|${shape[*]}"
+  "2-stage 1F1B, 2 MPI processes, one per namespace|1|${shape[*]}"
+  "2 replicas (dp 2, M = 4), one per namespace, sums overlapped|1|--preset small --batch 16 --seq 128 --stages 1 --dp 2 --micro-batches 4 --dp-overlap 1"
+  "2 replicas (dp 2, M = 4), one per namespace, sums after the backward|1|--preset small --batch 16 --seq 128 --stages 1 --dp 2 --micro-batches 4 --dp-overlap 0"
+)
+declare -A measured
 for _ in $(seq "$rounds"); do
-  $pt train "${shape[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/t" --overwrite >"$tmp/log-t" 2>&1
-  best_threads=$(awk -v a="$best_threads" -v b="$(step_ms "$tmp/log-t")" 'BEGIN { print (b < a ? b : a) }')
-  if [ $two_hosts = 1 ]; then
-    netns $pt train "${shape[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --comm mpi --out "$tmp/n" \
-      --overwrite >"$tmp/log-n" 2>&1 || { cat "$tmp/log-n"; exit 1; }
-    best_net=$(awk -v a="$best_net" -v b="$(step_ms "$tmp/log-n")" 'BEGIN { print (b < a ? b : a) }')
-  fi
-  rm -rf "$tmp/t" "$tmp/n"
+  for r in "${runs[@]}"; do
+    IFS='|' read -r name across flags <<<"$r"
+    [ "$across" = 1 ] && [ $two_hosts = 0 ] && continue
+    launch=(); comm=(); [ "$across" = 1 ] && launch=(netns) comm=(--comm mpi)
+    # shellcheck disable=SC2086
+    "${launch[@]}" $pt train $flags "${comm[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
+      --overwrite >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
+    v=$(step_ms "$tmp/log")
+    measured[$name]=$(awk -v a="${measured[$name]:-1e30}" -v b="$v" 'BEGIN { print (b < a ? b : a) }')
+    rm -rf "$tmp/o"
+  done
 done
 
-# ---- 3. predicted: the same shape, the layers timed here, the measured link between the ranks -------
-predicted() {   # $1 = link "LAT,GBPS"
-  $pt schedule --predict "${shape[@]}" --measured --ranks-per-node 1 --links "$1,$1" | tee "$tmp/pred" >&2
-  awk '/^step / { print $2 }' "$tmp/pred"
-}
-pred_threads=$(predicted "$thread_link")
-pred_net=$([ $two_hosts = 1 ] && predicted "$net_link" || echo -)
+# ---- 3. predicted: the same shapes, the layers timed here, the measured link between the ranks ------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0 && b < 1e29) printf "%.2f", a / b; else printf "-" }'; }
-check_rows="| 2 threads, one process | $thread_link | $best_threads | $pred_threads | $(ratio "$pred_threads" "$best_threads") |
-| 2 MPI processes, one per namespace (TCP over veth) | ${net_link:--} | $([ $two_hosts = 1 ] && echo "$best_net" || echo -) | $pred_net | $(ratio "$pred_net" "$best_net") |"
+check_rows=""
+for r in "${runs[@]}"; do
+  IFS='|' read -r name across flags <<<"$r"
+  link=$([ "$across" = 1 ] && echo "$net_link" || echo "$thread_link")
+  if [ "$across" = 1 ] && [ $two_hosts = 0 ]; then check_rows+="| $name | - | not here | - | - |"$'\n'; continue; fi
+  # shellcheck disable=SC2086
+  $pt schedule --predict $flags --measured --ranks-per-node 1 --links "$link,$link" | tee "$tmp/pred" >&2
+  p=$(awk '/^step / { print $2 }' "$tmp/pred")
+  check_rows+="| $name | $link | ${measured[$name]} | $p | $(ratio "$p" "${measured[$name]}") |"$'\n'
+done
 
 # ---- 4. past this machine ----------------------------------------------------------------------------
 assume=(--preset ernie-3.0-base-zh --seq 512 --batch 1024 --dtype bf16 --flops 2e14 --links 5,200,10,50)
@@ -95,14 +108,15 @@ EOF
   echo
   echo "## Measured here, and predicted"
   echo
-  echo "\`pipetrain schedule --predict ${shape[*]} --measured --ranks-per-node 1 --links L,L\`: the"
-  echo "layers timed here one by one, each rank on its own node, L the link \`pipetrain bench-link\` measured"
-  echo "between the two ranks (latency µs, bandwidth GB/s). Measured: \`pipetrain train\` on the same shape,"
-  echo "$steps steady steps, the best of $rounds runs."
+  echo "\`pipetrain schedule --predict FLAGS --measured --ranks-per-node 1 --links L,L\`: the layers timed"
+  echo "here one by one, each rank on its own node, L the link \`pipetrain bench-link\` measured between the"
+  echo "two ranks (latency µs, bandwidth GB/s). Measured: \`pipetrain train FLAGS\` (\`small\`, batch 16 × seq"
+  echo "128, dropout 0), $steps steady steps, the best of $rounds runs; across the two network namespaces of"
+  echo "\`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so."
   echo
   echo "| the two ranks | link (µs, GB/s) | measured ms a step | predicted ms | predicted / measured |"
   echo "|---|---|---:|---:|---:|"
-  echo "$check_rows"
+  printf '%s' "$check_rows"
   echo
   echo "## Predicted past this machine: ERNIE 3.0 base (12 blocks, hidden 768, vocab 40000), 64 ranks"
   echo

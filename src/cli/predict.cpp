@@ -145,7 +145,7 @@ int predict_main(const Args& a) {
     s.bf16 = a.str("--dtype", "fp32") == "bf16", s.zero = a.integer("--zero", 0, 0, 1) == 1;
     s.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1;
     read_links(a, s);
-    std::string name = a.str("--schedule", "1f1b");
+    std::string name = a.str("--schedule", s.P == 1 ? "gpipe" : "1f1b");   // train's default
     require_chunks(name, a.has("--chunks"));
     s.V = int(a.integer("--chunks", default_chunks(name), 1, pp::kMaxChunks));
     pp::Schedule schedule = make_schedule(name, s.P, s.M, s.V);

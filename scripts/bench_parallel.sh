@@ -8,33 +8,10 @@
 #   scripts/bench_parallel.sh [--quick] [--update-docs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quick=0
-table=runs/parallel-bench.md
-for arg in "$@"; do
-  case $arg in
-    --quick) quick=1 ;;
-    --update-docs) table=docs/parallel-bench.md ;;
-    *) echo "bench_parallel.sh: unknown argument $arg (expected --quick, --update-docs)" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$(dirname "$table")"
-rounds=$((quick ? 1 : 3)); steps=$((quick ? 4 : 10))
-
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target pipetrain >/dev/null
-pt=build/pipetrain
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# Enough text for every step's 16 sequences of 128 (the same corpus, repeated).
-for _ in $(seq 60); do cat tests/fixtures/text/sample_zh.txt; done >"$tmp/corpus.txt"
+source scripts/bench_train_lib.sh
+bench_start parallel-bench "$@"
 mpi=0; command -v mpirun >/dev/null && mpi=1
 
-# tok/s of the steady steps: step n's line gives the cumulative tok/s from the start, so step n
-# ended at n B T / tok_s(n); the steps after the second are timed.
-steady() {   # $1 = log, $2 = B*T
-  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
-    awk -v bt="$2" '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.0f", (n - 2) * bt / (t - t2) }'
-}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'; }
 
 # name | processes (0: threads) | flags
@@ -55,7 +32,7 @@ for r in $(seq "$rounds"); do
     # shellcheck disable=SC2086
     "${launch[@]}" $pt train --preset small --data "$tmp/corpus.txt" --batch 16 --seq 128 --dropout 0 \
       --steps $((steps + 2)) --out "$tmp/out" --overwrite $flags >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
-    v=$(steady "$tmp/log" $((16 * 128)))
+    v=$(awk -v ms="$(steady_ms "$tmp/log" 2048)" 'BEGIN { printf "%.0f", 2048 / ms * 1e3 }')
     [ "${best[$name]:-0}" -lt "$v" ] && best[$name]=$v
     echo "round $r: $name: $v tok/s (best ${best[$name]})"
     rm -rf "$tmp/out"

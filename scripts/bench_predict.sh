@@ -12,23 +12,8 @@
 #   scripts/bench_predict.sh [--quick] [--update-docs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quick=0
-table=runs/predict-bench.md
-for arg in "$@"; do
-  case $arg in
-    --quick) quick=1 ;;
-    --update-docs) table=docs/predict-bench.md ;;
-    *) echo "bench_predict.sh: unknown argument $arg (expected --quick, --update-docs)" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$(dirname "$table")"
-rounds=$((quick ? 1 : 3)); steps=$((quick ? 4 : 10))
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target pipetrain >/dev/null
-pt=$PWD/build/pipetrain
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-for _ in $(seq 60); do cat tests/fixtures/text/sample_zh.txt; done >"$tmp/corpus.txt"
+source scripts/bench_train_lib.sh
+bench_start predict-bench "$@"
 netns() { PT_NETNS_TIMEOUT=300 tests/netns_mpirun.sh 1 -- "$@"; }
 shape=(--preset small --batch 16 --seq 128 --stages 2 --micro-batches 8 --schedule 1f1b)
 
@@ -41,11 +26,7 @@ netns $pt bench-link --comm mpi >"$tmp/link-netns" 2>&1 || two_hosts=0   # 77: n
 net_link=$([ $two_hosts = 1 ] && links_of "$tmp/link-netns" || echo "")
 cat "$tmp/link-threads"; [ $two_hosts = 1 ] && cat "$tmp/link-netns" || echo "two namespaces: not here ($(tail -n 1 "$tmp/link-netns"))"
 
-# ---- 2. measured steps: the steady tok/s (as bench_parallel.sh), as seconds a step -----------------
-step_ms() {   # $1 = log
-  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
-    awk -v bt=2048 '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.1f", 1e3 * (t - t2) / (n - 2) }'
-}
+# ---- 2. measured steps: ms a step over the steady steps -----------------------------------------
 # name | launched across the namespaces? | the shape's flags (train and predict alike)
 runs=(
   "2-stage 1F1B, 2 threads of one process|0|${shape[*]}"
@@ -62,7 +43,7 @@ for _ in $(seq "$rounds"); do
     # shellcheck disable=SC2086
     "${launch[@]}" $pt train $flags "${comm[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
       --overwrite >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
-    v=$(step_ms "$tmp/log")
+    v=$(steady_ms "$tmp/log" 2048)
     measured[$name]=$(awk -v a="${measured[$name]:-1e30}" -v b="$v" 'BEGIN { print (b < a ? b : a) }')
     rm -rf "$tmp/o"
   done

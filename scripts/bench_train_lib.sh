@@ -1,0 +1,32 @@
+# scripts/bench_train_lib.sh — sourced by the benchmarks that time `pipetrain train` runs
+# (bench_parallel.sh, bench_predict.sh): their flags, the build, a corpus, the steady step.
+#   bench_start NAME "$@"   reads --quick / --update-docs: sets quick, rounds, steps, table
+#                           (runs/NAME.md, or docs/NAME.md with --update-docs), builds pipetrain
+#                           (pt), makes tmp (removed at exit) and tmp/corpus.txt.
+#   steady_ms LOG TOKENS    ms a step over the steady steps of a train log (the first two untimed)
+bench_start() {
+  local name=$1 arg; shift
+  quick=0 table=runs/$name.md
+  for arg in "$@"; do
+    case $arg in
+      --quick) quick=1 ;;
+      --update-docs) table=docs/$name.md ;;
+      *) echo "$(basename "$0"): unknown argument $arg (expected --quick, --update-docs)" >&2; exit 2 ;;
+    esac
+  done
+  mkdir -p "$(dirname "$table")"
+  rounds=$((quick ? 1 : 3)) steps=$((quick ? 4 : 10))
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build -j"$(nproc)" --target pipetrain >/dev/null
+  pt=$PWD/build/pipetrain
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  # Enough text for every step's 16 sequences of 128 (the same corpus, repeated).
+  for _ in $(seq 60); do cat tests/fixtures/text/sample_zh.txt; done >"$tmp/corpus.txt"
+}
+
+# Step n's line gives the cumulative tok/s from the start, so step n ended at n·tokens / tok_s(n).
+steady_ms() {   # $1 = log, $2 = tokens a step
+  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
+    awk -v bt="$2" '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.1f", 1e3 * (t - t2) / (n - 2) }'
+}

@@ -253,7 +253,10 @@ void committed_whole(const std::string& out, int* count) {
 TEST_CASE("a SIGINT or SIGTERM that reaches one rank: every rank saves, and every rank exits 130 / 143") {
     // Each rank's own exit code, from a wrapper around it; the job's from mpirun.
     const std::string dir = test::temp_dir("mpi_signal"), wrap = dir + "/rank.sh";
-    std::ofstream(wrap) << "\"$@\"; rc=$?; echo \"rank $OMPI_COMM_WORLD_RANK exit $rc\"; exit $rc\n";
+    // Open MPI ends the job as soon as one rank exits non-zero, so the first wrapper to print waits a
+    // second before it exits: else it could kill the other rank's wrapper before that one prints its
+    // line (seen once in CI: rank 0's 130 came first, rank 1's line never did).
+    std::ofstream(wrap) << "\"$@\"; rc=$?; echo \"rank $OMPI_COMM_WORLD_RANK exit $rc\"; sleep 1; exit $rc\n";
     for (auto [sig, code] : {std::pair{SIGTERM, 143}, {SIGINT, 130}}) {
         CAPTURE(sig);
         const std::string out = dir + "/out" + std::to_string(sig);

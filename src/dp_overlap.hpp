@@ -11,7 +11,7 @@ namespace pt {
 
 // The data-parallel sum of each layer's gradients. With place.overlap, a transport that sums in
 // the background (AsyncSum: threads, MPI) and gradients in host memory, a layer's sum starts as
-// soon as its last weight gradient of the step exists (TransformerStage::grads_done calls ready),
+// soon as its last weight gradient of the step exists (TransformerStage::grads_done),
 // while the backward of the other layers goes on; finish() waits for those and sums the rest in
 // model order. The same bits either way: each layer's sum is the all-reduce's tree. Not with ZeRO-1
 // (its sum goes to the owners, at the end), nor on GPUs (NcclComm sums at the end).
@@ -23,12 +23,12 @@ class DpReducer {
     ~DpReducer();
     DpReducer(const DpReducer&) = delete;
     DpReducer& operator=(const DpReducer&) = delete;
-    void ready(Layer& layer);
     void finish();   // every layer summed over the replicas
     // The background sums of the step as comm events ("data-parallel sum, layer L"), µs from origin.
     std::vector<pp::Event> spans(Clock::time_point origin) const;
 
  private:
+    void ready(Layer& layer);   // grads_done: the layer's sum starts (host memory only)
     pp::Comm& comm_;
     RankPlace at_;
     TransformerStage& stage_;

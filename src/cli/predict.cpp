@@ -52,30 +52,32 @@ struct Shape {
 void read_links(const Args& a, Shape& s) {
     std::string text = a.str("--links", "5,100,10,12.5");
     std::vector<double> v;
-    for (const std::string& x : split(text, ',')) {
+    std::vector<std::string> fields = split(text, ',');
+    for (const std::string& x : fields) {
         char* end = nullptr;
         double d = std::strtod(x.c_str(), &end);
         if (x.empty() || *end != '\0' || !(d >= 0 && d <= 1e9)) break;
         v.push_back(d);
     }
-    if (v.size() != 4 || split(text, ',').size() != 4 || !(v[1] > 0 && v[3] > 0))
+    if (v.size() != 4 || fields.size() != 4 || !(v[1] > 0 && v[3] > 0))
         throw std::runtime_error("--links: expected W_US,W_GBPS,A_US,A_GBPS: latency µs and bandwidth GB/s within a node, "
                                  "then across nodes (bandwidths above 0), got \"" + text + "\"");
     s.within = {v[0] * 1e-6, v[1] * 1e9}, s.across = {v[2] * 1e-6, v[3] * 1e9};
 }
 
 // Per layer, one micro-batch: forward, BI, BW seconds and the weights' and the stash's bytes.
+// --measured times the layers at the run's rows, which measures their stashes too; otherwise one
+// forward and backward of one row gives the stashes (linear in the rows) and the FLOPs the times.
 LayerCosts layer_model(const ModelConfig& cfg, const Shape& s, const Args& a) {
-    LayerCosts bytes = layer_costs(cfg, "memory", 1, s.T);   // one row: the stashes, and 16 bytes a parameter
-    for (double& x : bytes.stash) x *= s.rows * (s.bf16 ? 0.5 : 1.0);
-    LayerCosts c = a.has("--measured") ? layer_costs(cfg, "time", s.rows, s.T) : bytes;
-    c.weights = bytes.weights, c.stash = bytes.stash, c.by = "time";
-    if (!a.has("--measured")) {
-        double rate = a.real("--flops", 1e11, 1e6);
-        for (size_t l = 0; l < c.cost.size(); l++) {
-            c.f[l] = c.bi[l] = c.bw[l] = layer_flops_per_token(cfg, int(l), s.T) * s.rows * s.T / rate;
-            c.cost[l] = 3 * c.f[l];
-        }
+    bool measured = a.has("--measured");
+    LayerCosts c = layer_costs(cfg, measured ? "time" : "memory", measured ? s.rows : 1, s.T);   // weights: 16 bytes a parameter
+    for (double& x : c.stash) x *= (measured ? 1 : s.rows) * (s.bf16 ? 0.5 : 1.0);
+    c.by = "time";
+    if (measured) return c;
+    double rate = a.real("--flops", 1e11, 1e6);
+    for (size_t l = 0; l < c.cost.size(); l++) {
+        c.f[l] = c.bi[l] = c.bw[l] = layer_flops_per_token(cfg, int(l), s.T) * s.rows * s.T / rate;
+        c.cost[l] = 3 * c.f[l];
     }
     return c;
 }

@@ -3,6 +3,8 @@
 # asserts nothing; issue #33 §4). Writes runs/parallel-bench.md, or docs/parallel-bench.md with
 # --update-docs (generated, never typed). `small`, batch 16 × seq 128, tok/s over the steady steps:
 #   * the 2-stage 1F1B pipeline, as threads and as 2 MPI processes, against one rank on 2 threads;
+#   * the same 2 processes with Open MPI's shared memory copying twice (single_copy_mechanism
+#     none, what scripts/mpirun.sh falls back to where the kernel forbids CMA);
 #   * 2 data-parallel replicas, threads and processes, with the sums overlapped (--dp-overlap 1,
 #     the default) and after the backward (--dp-overlap 0).
 #   scripts/bench_parallel.sh [--quick] [--update-docs]
@@ -14,11 +16,13 @@ mpi=0; command -v mpirun >/dev/null && mpi=1
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'; }
 
-# name | processes (0: threads) | flags
+twice=OMPI_MCA_btl_vader_single_copy_mechanism=none
+# name | processes (0: threads) | flags | environment
 configs=(
   "one rank, --threads 2|0|--threads 2"
   "2-stage 1F1B, M = 8, threads|0|--stages 2 --micro-batches 8 --schedule 1f1b"
   "2-stage 1F1B, M = 8, 2 MPI processes|2|--stages 2 --micro-batches 8 --schedule 1f1b --comm mpi"
+  "2-stage 1F1B, M = 8, 2 MPI processes, shared memory copied twice|2|--stages 2 --micro-batches 8 --schedule 1f1b --comm mpi|$twice"
   "dp 2, M = 4, threads, overlapped|0|--dp 2 --micro-batches 4 --dp-overlap 1"
   "dp 2, M = 4, threads, after the backward|0|--dp 2 --micro-batches 4 --dp-overlap 0"
   "dp 2, M = 4, 2 MPI processes, overlapped|2|--dp 2 --micro-batches 4 --dp-overlap 1 --comm mpi"
@@ -27,8 +31,8 @@ configs=(
 declare -A best
 for r in $(seq "$rounds"); do
   for c in "${configs[@]}"; do
-    IFS='|' read -r name np flags <<<"$c"
-    launch=(); [ "$np" -gt 0 ] && { [ $mpi = 1 ] || continue; launch=(scripts/mpirun.sh "$np"); }
+    IFS='|' read -r name np flags envs <<<"$c"
+    launch=(); [ "$np" -gt 0 ] && { [ $mpi = 1 ] || continue; launch=(env $envs scripts/mpirun.sh "$np"); }
     # shellcheck disable=SC2086
     "${launch[@]}" $pt train --preset small --data "$tmp/corpus.txt" --batch 16 --seq 128 --dropout 0 \
       --steps $((steps + 2)) --out "$tmp/out" --overwrite $flags >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
@@ -46,6 +50,7 @@ for c in "${configs[@]}"; do
 done
 goals="| the 2-stage pipeline (threads) against --threads 2 | $(ratio "$(b "2-stage 1F1B, M = 8, threads")" "$(b "one rank, --threads 2")") | ≥ 0.95 |
 | the 2-stage pipeline, 2 MPI processes, against --threads 2 | $(ratio "$(b "2-stage 1F1B, M = 8, 2 MPI processes")" "$(b "one rank, --threads 2")") | ≥ 0.95 |
+| the same, shared memory copied twice | $(ratio "$(b "2-stage 1F1B, M = 8, 2 MPI processes, shared memory copied twice")" "$(b "one rank, --threads 2")") | — |
 | dp 2 threads, overlapped against after the backward | $(ratio "$(b "dp 2, M = 4, threads, overlapped")" "$(b "dp 2, M = 4, threads, after the backward")") | > 1 |
 | dp 2 processes, overlapped against after the backward | $(ratio "$(b "dp 2, M = 4, 2 MPI processes, overlapped")" "$(b "dp 2, M = 4, 2 MPI processes, after the backward")") | > 1 |"
 {
@@ -53,7 +58,8 @@ goals="| the 2-stage pipeline (threads) against --threads 2 | $(ratio "$(b "2-st
   echo
   echo "$(date -u +%Y-%m-%d), $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
   echo "pipetrain train --preset small, batch 16 × seq 128, dropout 0, $steps steady steps (the first two not"
-  echo "timed); best of $rounds rounds, the runs alternating. MPI: scripts/mpirun.sh (Open MPI, shared memory)."
+  echo "timed); best of $rounds rounds, the runs alternating. MPI: scripts/mpirun.sh (Open MPI, shared memory;"
+  echo "single copy by CMA: $(scripts/cma_probe.py && echo "allowed here, so used" || echo "forbidden here, so every run copies twice"))."
   [ $mpi = 1 ] || echo "No mpirun here: the MPI rows are missing."
   echo
   echo "| run | tok/s | against one rank on 2 threads |"

@@ -279,9 +279,11 @@ cmd_pair() {
   [ "${1:-}" = --net ] && net=${2:-} && [ -n "$net" ] || [ $# -eq 0 ] || die "pair: --net SUBNET (e.g. 192.168.1.0/24)"
   command -v mpirun >/dev/null || die "pair: no mpirun on PATH (sudo apt-get install openmpi-bin libopenmpi-dev)"
   [ -x "$build/mpi_comm_worker" ] || die "pair: no $build/mpi_comm_worker (build pipetrain with MPI: scripts/test.sh)"
-  # As scripts/mpirun.sh: root, more ranks than cores, containers without CMA.
+  # As scripts/mpirun.sh: root, more ranks than cores, a kernel without CMA (asked here: the
+  # other machine is assumed alike).
   export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
-  export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+  [ -n "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] || "$root/scripts/cma_probe.py" 2>/dev/null ||
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
   local mca=(--oversubscribe)
   [ -n "$net" ] && mca+=(--mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net")
   echo "1. can mpirun start a process on each? (ssh, the same MPI on both)"

@@ -95,19 +95,106 @@ __attribute__((target("avx512f"))) void tile_avx512(int kc, const float* Ap, con
 }
 #endif
 
+// ---- packing A --------------------------------------------------------------------------------
+// op(A)[i0:i0+mc, p0:p0+kc] as strips of MR rows, k-major inside a strip (Ap[strip][k][r]); the
+// last strip is zero-padded. Each source row or column is read contiguously.
+void pack_a(float* Ap, const float* A, int MR, int i0, int mc, int p0, int kc, int M, int K, bool transA) {
+    for (int s = 0; s < mc; s += MR, Ap += (size_t)MR * kc) {
+        const int rows = std::min(MR, mc - s);
+        if (transA) {   // A is (K, M): each k's MR values are contiguous
+            for (int k = 0; k < kc; k++) {
+                const float* a = A + (size_t)(p0 + k) * M + i0 + s;
+                float* dst = Ap + (size_t)k * MR;
+                for (int r = 0; r < rows; r++) dst[r] = a[r];
+                for (int r = rows; r < MR; r++) dst[r] = 0.0f;
+            }
+            continue;
+        }
+        for (int r = 0; r < rows; r++) {   // A is (M, K): row r along k
+            const float* a = A + (size_t)(i0 + s + r) * K + p0;
+            for (int k = 0; k < kc; k++) Ap[(size_t)k * MR + r] = a[k];
+        }
+        for (int r = rows; r < MR; r++)
+            for (int k = 0; k < kc; k++) Ap[(size_t)k * MR + r] = 0.0f;
+    }
+}
+
+#ifdef PT_X86
+// The same packing with AVX-512, for the 14-row strips of tile_avx512. Stored one float at a
+// time, an (M, K) A cost as much as 14% of a 1024^3 GEMM (perf): each float went to its own
+// place 56 bytes from the last. Here 16 k of 14 rows are loaded as 14 vectors, transposed in
+// registers (16 x 16, rows 14 and 15 zero) and stored as 16 runs of 14 floats. A (K, M) A is one
+// masked load and store of 14 floats per k. Edge strips and the k left over take pack_a's path.
+// (GCC 12's intrinsics pass an undefined vector as the unused merge source of these shuffles, and
+// -Wmaybe-uninitialized mistakes it for ours.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"), always_inline)) inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {   // lane L of t[i]: r[i][4L], r[i+1][4L], r[i][4L+1], r[i+1][4L+1]
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {   // lane L of r[i + c]: rows i..i+3 at column 4L + c
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {   // gather lane L of r[c], r[4+c], r[8+c], r[12+c]: column 4L + c
+        const __m512 a = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), b = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        const __m512 e = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88), f = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+        t[c] = _mm512_shuffle_f32x4(a, e, 0x88);        // column c
+        t[8 + c] = _mm512_shuffle_f32x4(a, e, 0xDD);    // column 8 + c
+        t[4 + c] = _mm512_shuffle_f32x4(b, f, 0x88);    // column 4 + c
+        t[12 + c] = _mm512_shuffle_f32x4(b, f, 0xDD);   // column 12 + c
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+__attribute__((target("avx512f"))) void pack_a_avx512(float* Ap, const float* A, int MR, int i0, int mc, int p0,
+                                                      int kc, int M, int K, bool transA) {
+    const __mmask16 lanes = (1u << kAvx512MR) - 1;
+    const int full = mc / kAvx512MR * kAvx512MR;   // rows in whole strips
+    for (int s = 0; s < full; s += kAvx512MR, Ap += (size_t)kAvx512MR * kc) {
+        if (transA) {
+            for (int k = 0; k < kc; k++) {
+                const __m512 v = _mm512_maskz_loadu_ps(lanes, A + (size_t)(p0 + k) * M + i0 + s);
+                _mm512_mask_storeu_ps(Ap + (size_t)k * kAvx512MR, lanes, v);
+            }
+            continue;
+        }
+        const float* a = A + (size_t)(i0 + s) * K + p0;
+        int k = 0;
+        for (; k + 16 <= kc; k += 16) {
+            __m512 r[16] = {};   // rows 14 and 15 stay zero
+            for (int i = 0; i < kAvx512MR; i++) r[i] = _mm512_loadu_ps(a + (size_t)i * K + k);
+            transpose16(r);
+            for (int j = 0; j < 16; j++) _mm512_mask_storeu_ps(Ap + (size_t)(k + j) * kAvx512MR, lanes, r[j]);
+        }
+        for (; k < kc; k++)
+            for (int i = 0; i < kAvx512MR; i++) Ap[(size_t)k * kAvx512MR + i] = a[(size_t)i * K + k];
+    }
+    if (full < mc) pack_a(Ap, A, MR, i0 + full, mc - full, p0, kc, M, K, transA);
+}
+#pragma GCC diagnostic pop
+#endif
+
 using TileFn = void (*)(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
+using PackFn = void (*)(float* Ap, const float* A, int MR, int i0, int mc, int p0, int kc, int M, int K, bool transA);
 struct Kernel {
     GemmKernel id;
     const char* name;
     int MR, NR;
     TileFn tile;
+    PackFn pack_a;
 };
 
 const Kernel& kernel_of(GemmKernel k) {
-    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain};
+    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a};
 #ifdef PT_X86
-    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2};
-    static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512};
+    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a};
+    static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512};
     if (k == GemmKernel::avx512) return avx512;
     if (k == GemmKernel::avx2) return avx2;
 #endif
@@ -143,29 +230,6 @@ constexpr int KC = 256, MC_MAX = 168, NCB_MAX = 512;
 float* scratch(std::vector<float>& v, size_t n) {
     if (v.size() < n + 16) v.resize(n + 16);
     return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
-}
-
-// op(A)[i0:i0+mc, p0:p0+kc] as strips of MR rows, k-major inside a strip (Ap[strip][k][r]); the
-// last strip is zero-padded. Each source row or column is read contiguously.
-void pack_a(float* Ap, const float* A, int MR, int i0, int mc, int p0, int kc, int M, int K, bool transA) {
-    for (int s = 0; s < mc; s += MR, Ap += (size_t)MR * kc) {
-        const int rows = std::min(MR, mc - s);
-        if (transA) {   // A is (K, M): each k's MR values are contiguous
-            for (int k = 0; k < kc; k++) {
-                const float* a = A + (size_t)(p0 + k) * M + i0 + s;
-                float* dst = Ap + (size_t)k * MR;
-                for (int r = 0; r < rows; r++) dst[r] = a[r];
-                for (int r = rows; r < MR; r++) dst[r] = 0.0f;
-            }
-            continue;
-        }
-        for (int r = 0; r < rows; r++) {   // A is (M, K): row r along k
-            const float* a = A + (size_t)(i0 + s + r) * K + p0;
-            for (int k = 0; k < kc; k++) Ap[(size_t)k * MR + r] = a[k];
-        }
-        for (int r = rows; r < MR; r++)
-            for (int k = 0; k < kc; k++) Ap[(size_t)k * MR + r] = 0.0f;
-    }
 }
 
 // op(B)[p0:p0+kc, j:j+NR] as one strip (Bp[k][c]), zero-padded past column N.
@@ -209,7 +273,7 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
     float edge[32 * 32];
     for (int p0 = 0; p0 < K; p0 += KC) {
         const int kc = std::min(KC, K - p0);
-        pack_a(Ap, A, MR, i0, mc, p0, kc, M, K, transA);
+        kn.pack_a(Ap, A, MR, i0, mc, p0, kc, M, K, transA);
         for (int js = 0; js < nc; js += NR) {
             const float* b = Bp + (size_t)p0 * Npad + (size_t)(j0 + js) / NR * kc * NR;
             for (int is = 0; is < mc; is += MR) {
@@ -231,6 +295,47 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
         const float* t = T + (size_t)i * ldt;
         for (int j = 0; j < nc; j++) c[j] = finish(t[j], c[j], bias, j0 + j, alpha, beta);
     }
+}
+
+// How C is cut into blocks, one task each, the tasks numbered row by row or column by column
+// (threads take runs of consecutive tasks: [n t / T, n (t+1) / T)).
+struct Cut {
+    int MC, NCB, rows_b, cols_b;   // block rows and columns (whole MR and NR strips); blocks each way
+    bool by_column;
+    int row_of(int64_t t) const { return int(by_column ? t % rows_b : t / cols_b); }
+    int col_of(int64_t t) const { return int(by_column ? t / rows_b : t % cols_b); }
+};
+
+// Rows into at least ceil(M / MC_MAX) parts, columns into at least ceil(N / NCB_MAX) (the cache
+// blocks), and of the cuts with up to twice as many parts each way and either numbering, the one
+// whose busiest thread has the fewest tiles (then the fewest blocks: each column block packs its
+// A again). The first cut that fits was up to 20% off on 2 threads: 256 x 256 gave one thread 10
+// strips of rows and the other 9 (or 8.3); 2 column blocks of 4 strips each give both 19 x 4.
+Cut cut_blocks(int M, int N, int MR, int NR, int threads) {
+    const int ms = (M + MR - 1) / MR, ns = (N + NR - 1) / NR;   // strips each way
+    const int mb0 = (M + MC_MAX - 1) / MC_MAX, nb0 = (N + NCB_MAX - 1) / NCB_MAX;
+    Cut best{};
+    int64_t best_load = -1;
+    for (int mb = mb0; mb <= std::min(2 * mb0, ms); mb++)
+        for (int nb = nb0; nb <= std::min(2 * nb0, ns); nb++)
+            for (bool by_column : {false, true}) {
+                const int sm = (ms + mb - 1) / mb, sn = (ns + nb - 1) / nb;   // strips a block
+                Cut c{sm * MR, sn * NR, (ms + sm - 1) / sm, (ns + sn - 1) / sn, by_column};
+                const int64_t tasks = (int64_t)c.rows_b * c.cols_b, T = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
+                int64_t load = 0;   // the busiest thread's tiles
+                for (int64_t p = 0; p < T; p++) {
+                    int64_t tiles = 0;
+                    for (int64_t t = tasks * p / T; t < tasks * (p + 1) / T; t++)
+                        tiles += (int64_t)std::min(sm, ms - c.row_of(t) * sm) * std::min(sn, ns - c.col_of(t) * sn);
+                    load = std::max(load, tiles);
+                }
+                if (best_load < 0 || load < best_load ||
+                    (load == best_load && tasks < (int64_t)best.rows_b * best.cols_b)) {
+                    best = c;
+                    best_load = load;
+                }
+            }
+    return best;
 }
 
 }  // namespace
@@ -264,16 +369,12 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
     const int Npad = (N + kn.NR - 1) / kn.NR * kn.NR;
     float* Bp = scratch(b_buf, (size_t)K * Npad);
     pack_b(Bp, B, kn.NR, N, K, transB);
-    // Blocks of about equal size: rows split into ceil(M / MC_MAX) parts (whole MR strips),
-    // columns into ceil(N / NCB_MAX) parts (whole NR strips). Threads own whole blocks.
-    const int mb = (M + MC_MAX - 1) / MC_MAX, nb = (N + NCB_MAX - 1) / NCB_MAX;
-    const int MC = ((M + mb - 1) / mb + kn.MR - 1) / kn.MR * kn.MR;
-    const int NCB = ((N + nb - 1) / nb + kn.NR - 1) / kn.NR * kn.NR;
-    const int rows_b = (M + MC - 1) / MC, cols_b = (N + NCB - 1) / NCB;
-    parallel_for((int64_t)rows_b * cols_b, 1, [&](int64_t t0, int64_t t1) {
+    const Cut cut = cut_blocks(M, N, kn.MR, kn.NR, num_threads());
+    parallel_for((int64_t)cut.rows_b * cut.cols_b, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; t++) {
-            const int i0 = int(t / cols_b) * MC, j0 = int(t % cols_b) * NCB;
-            block(kn, C, A, Bp, bias, i0, std::min(MC, M - i0), j0, std::min(NCB, N - j0), M, N, K, transA, alpha, beta);
+            const int i0 = cut.row_of(t) * cut.MC, j0 = cut.col_of(t) * cut.NCB;
+            block(kn, C, A, Bp, bias, i0, std::min(cut.MC, M - i0), j0, std::min(cut.NCB, N - j0), M, N, K, transA,
+                  alpha, beta);
         }
     });
 }

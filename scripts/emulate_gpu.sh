@@ -11,9 +11,15 @@ if [ "${1:-}" = --nccl-vs-thread ]; then  # internal, run by a check in the buil
     out=nccl-vs-thread-${EMU_GPUS:-1}${EMU_TAG:-}
     train="./pipetrain train --preset tiny --data $(cd "$(dirname "$0")/.." && pwd)/tests/fixtures/text/sample_zh.txt
            --steps 3 --batch 8 --seq 32 --seed 11 --dropout 0.1 --lr 1e-3 --device cuda --overwrite $*"   # a rerun reuses its --out
-    $train --out "$out-auto" | tee "$out-auto.log" && $train --comm thread --out "$out-thread" || exit 1
+    $train --out "$out-auto" --trace "$out-auto.json" | tee "$out-auto.log" && $train --comm thread --out "$out-thread" || exit 1
     # One GPU per rank: "auto" must choose NCCL, and NCCL must give ThreadComm's bits.
     grep -q "| comm nccl$" "$out-auto.log" || { echo "emulate_gpu: --comm auto did not choose nccl"; exit 1; }
+    # Replicas overlap their sums with the backward unless told not to: NcclComm's side stream.
+    overlap=$(case " $* " in *" --dp "*) [[ " $* " == *" --dp-overlap 0 "* ]] && echo 0 || echo 1 ;; *) echo 0 ;; esac)
+    sums=$(grep -c '"data-parallel sum, layer' "$out-auto.json")
+    [ "$overlap" = 1 ] && [ "$sums" = 0 ] && { echo "emulate_gpu: no data-parallel sum overlapped the backward"; exit 1; }
+    [ "$overlap" = 0 ] && [ "$sums" != 0 ] && { echo "emulate_gpu: $sums data-parallel sums overlapped, none expected"; exit 1; }
+    echo "data-parallel sums overlapped with the backward: $sums"
     cmp "$out-auto/model.safetensors" "$out-thread/model.safetensors" && echo "nccl = thread, bit for bit"
     exit
 fi
@@ -74,7 +80,10 @@ if [ $SELFTEST = 0 ]; then
     check "test_device EMU_GPUS=2" "" EMU_GPUS=2 ./test_device
     # NcclComm (emulated NCCL) against ThreadComm: pipeline send/recv, then data-parallel all-reduces.
     check "train nccl = thread EMU_GPUS=2 stages 2" "" EMU_GPUS=2 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4
+    # Replicas: the sums overlapped with the backward (NcclComm's side stream), and after it.
     check "train nccl = thread EMU_GPUS=4 stages 2 dp 2" "" EMU_GPUS=4 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --dp 2 --micro-batches 2
+    check "train nccl = thread EMU_GPUS=2 dp 2 M 4" "" EMU_GPUS=2 EMU_TAG=-dp bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --dp 2 --micro-batches 4
+    check "train nccl = thread EMU_GPUS=2 dp 2, no overlap" "" EMU_GPUS=2 EMU_TAG=-dp0 bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --dp 2 --micro-batches 4 --dp-overlap 0
     # The V shape: rank 1's turn is a send to itself inside a group; looped BFS needs late sends.
     check "train nccl = thread EMU_GPUS=2 zbv" "" EMU_GPUS=2 EMU_TAG=-zbv bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 4 --schedule zbv
     check "train nccl = thread EMU_GPUS=2 looped-bfs" "" EMU_GPUS=2 EMU_TAG=-bfs bash "$PWD/scripts/emulate_gpu.sh" --nccl-vs-thread --stages 2 --micro-batches 8 --schedule looped-bfs --chunks 2
@@ -99,7 +108,7 @@ open(sys.argv[2], 'w').write(s[:at] + s[at + len('__syncthreads();'):])
 EOF
     build selftest mutant/test_cuda_kernels
     for mode in "ok:" "host_deref:HOST CODE touched" "hostptr:is a HOST pointer" "oob:PAST THE END" \
-        "diverge:deadlock" "race:RACE" "early:NaN" "unwaited:never waited for"; do
+        "diverge:deadlock" "race:RACE" "event:" "eventrace:RACE" "early:NaN" "unwaited:never waited for"; do
         check "selftest ${mode%%:*}" "${mode#*:}" ./selftest "${mode%%:*}"
     done
     check "selftest nccl" "meets a half" EMU_GPUS=2 ./selftest nccl

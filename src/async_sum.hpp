@@ -18,6 +18,8 @@ struct AsyncSum {
         Clock::time_point start, end;
     };
     virtual ~AsyncSum() = default;
+    // Where start_sum's data may live: host memory (ThreadComm, MpiComm), or GPU memory (NcclComm).
+    virtual bool sums_device_memory() const { return false; }
     // allreduce_sum(data, n, ranks), started now. Every member of `ranks` starts the same sums in
     // the same order; `data` is not touched by the caller until wait_sums returns.
     virtual void start_sum(float* data, std::size_t n, const std::vector<int>& ranks) = 0;

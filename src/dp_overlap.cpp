@@ -14,7 +14,7 @@ DpReducer::DpReducer(pp::Comm& comm, const RankPlace& at, TransformerStage& stag
 DpReducer::~DpReducer() { stage_.grads_done = nullptr; }
 
 void DpReducer::ready(Layer& l) {
-    if (l.grads.device().cuda) return;   // summed by finish()
+    if (l.grads.device().cuda != async_->sums_device_memory()) return;   // summed by finish()
     async_->start_sum(l.grads.data(), l.grads.size(), at_.data_parallel_group());
     started_.push_back(l.index());
 }

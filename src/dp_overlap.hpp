@@ -10,11 +10,12 @@
 namespace pt {
 
 // The data-parallel sum of each layer's gradients. With place.overlap, a transport that sums in
-// the background (AsyncSum: threads, MPI) and gradients in host memory, a layer's sum starts as
+// the background (AsyncSum: threads and MPI for gradients in host memory, NCCL for gradients on
+// GPUs; ThreadComm between stages sharing a GPU does not), a layer's sum starts as
 // soon as its last weight gradient of the step exists (TransformerStage::grads_done),
 // while the backward of the other layers goes on; finish() waits for those and sums the rest in
 // model order. The same bits either way: each layer's sum is the all-reduce's tree. Not with ZeRO-1
-// (its sum goes to the owners, at the end), nor on GPUs (NcclComm sums at the end).
+// (its sum goes to the owners, at the end).
 class DpReducer {
  public:
     using Clock = std::chrono::steady_clock;

@@ -49,6 +49,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kernels/cuda/check.cuh"
 #include "src/device.hpp"
 #include "src/mpi_comm.hpp"
 
@@ -239,11 +240,10 @@ void NcclComm::check() const {
                                std::to_string(world_.devices_[rank_]));
 }
 
-// Polls the stream so that a peer that never posts its half ends in an error, not a hang.
-void NcclComm::wait(void*& comm, const std::string& what) {
+void NcclComm::wait(void*& comm, const std::string& what, const std::function<int()>& query) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.timeout_s_);
     for (;;) {
-        cudaError_t e = cudaStreamQuery(stream());
+        cudaError_t e = query ? cudaError_t(query()) : cudaStreamQuery(stream());
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady)
             throw std::runtime_error("rank " + std::to_string(rank_) + ": " + what + ": CUDA error: " + cudaGetErrorString(e));
@@ -300,8 +300,7 @@ void NcclComm::group(const std::vector<pp::P2POp>& ops) {
     if (!host_ops.empty()) host_.group(host_ops);
 }
 
-void NcclComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) {
-    if (!on_gpu(data)) return host_.allreduce_sum(data, n, ranks);
+void*& NcclComm::group_comm(const std::vector<int>& ranks) {
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
     if (me == ranks.end()) throw std::runtime_error("rank " + std::to_string(rank_) + ": allreduce over a group without it");
     std::shared_ptr<NcclWorld::Group> g;
@@ -336,9 +335,82 @@ void NcclComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>&
         std::lock_guard<std::mutex> lock(g->mu);
         g->comms[pos] = c;
     }
-    NCCL_CHECK(nccl().ncclAllReduce(data, data, n, ncclFloat, ncclSum, as_comm(g->comms[pos]), stream()));
-    wait(g->comms[pos], "allreduce");
+    return g->comms[pos];   // the group outlives this NcclComm (the world owns it)
 }
+
+void NcclComm::allreduce_sum(float* data, std::size_t n, const std::vector<int>& ranks) {
+    if (!on_gpu(data)) return host_.allreduce_sum(data, n, ranks);
+    void*& comm = group_comm(ranks);
+    NCCL_CHECK(nccl().ncclAllReduce(data, data, n, ncclFloat, ncclSum, as_comm(comm), stream()));
+    wait(comm, "allreduce");
+}
+
+// ---- sums beside the backward (AsyncSum) ----------------------------------------------------------
+//
+// The compute stream writes a layer's gradient; an event recorded on it after the last write is
+// what the side stream waits for before its ncclAllReduce, so the sum reads the final gradient
+// while the compute stream goes on with the next layers (which never touch this gradient again
+// in the step). A second event after the all-reduce is what wait_sums polls, with the deadline.
+// The same ncclAllReduce on the same communicator as allreduce_sum: the same bits.
+struct NcclComm::Sums {
+    struct InFlight {
+        cudaEvent_t written = nullptr, summed = nullptr;
+        void** comm = nullptr;   // the group's communicator (ncclCommAbort clears it)
+        Clock::time_point start;
+    };
+    cudaStream_t stream = nullptr;   // made at the first sum, on this rank's GPU
+    std::vector<InFlight> flying;
+    // Sums still in flight mean a rank failing mid-step (the error is elsewhere, so nothing here
+    // is checked): their communicators are aborted, which drops the all-reduces that wait for
+    // peers that may never come, and the stream then has nothing left to wait for.
+    ~Sums() {
+        for (InFlight& f : flying) {
+            if (*f.comm) (void)nccl().ncclCommAbort(as_comm(*f.comm)), *f.comm = nullptr;
+            for (cudaEvent_t e : {f.written, f.summed})
+                if (e) (void)cudaEventDestroy(e);
+        }
+        if (stream) (void)cudaStreamDestroy(stream);
+    }
+};
+
+void NcclComm::start_sum(float* data, std::size_t n, const std::vector<int>& ranks) {
+    if (!on_gpu(data)) throw std::logic_error("NcclComm::start_sum: data in host memory (use allreduce_sum)");
+    void*& comm = group_comm(ranks);
+    if (!sums_) sums_ = std::make_unique<Sums>();
+    Sums& s = *sums_;
+    if (!s.stream) CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    s.flying.push_back({nullptr, nullptr, &comm, Clock::now()});
+    Sums::InFlight& f = s.flying.back();
+    CUDA_CHECK(cudaEventCreateWithFlags(&f.written, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&f.summed, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(f.written, stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(s.stream, f.written, 0));
+    NCCL_CHECK(nccl().ncclAllReduce(data, data, n, ncclFloat, ncclSum, as_comm(comm), s.stream));
+    CUDA_CHECK(cudaEventRecord(f.summed, s.stream));
+}
+
+std::vector<AsyncSum::Span> NcclComm::wait_sums() {
+    std::vector<Span> spans;
+    if (!sums_) return spans;
+    std::vector<Sums::InFlight> flying;
+    flying.swap(sums_->flying);
+    for (size_t i = 0; i < flying.size(); i++) {
+        Sums::InFlight& f = flying[i];
+        try {
+            wait(*f.comm, "data-parallel sum " + std::to_string(i + 1) + " of " + std::to_string(flying.size()),
+                 [&] { return int(cudaEventQuery(f.summed)); });
+        } catch (...) {
+            sums_->flying.assign(flying.begin() + i, flying.end());   // the destructor frees their events
+            throw;
+        }
+        spans.push_back({f.start, Clock::now()});
+        CUDA_CHECK(cudaEventDestroy(f.written));
+        CUDA_CHECK(cudaEventDestroy(f.summed));
+    }
+    return spans;
+}
+
+NcclComm::~NcclComm() = default;
 
 void NcclComm::allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) {
     host_.allreduce_sum(data, n, ranks);   // host values only (loss, norm partials): exact fixed order

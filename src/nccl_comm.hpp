@@ -10,6 +10,7 @@
 // what NCCL would need for two processes on one GPU). Built only when CMake finds nccl.h;
 // libnccl itself is opened at run time, by the first NcclWorld (nccl_comm.cpp says why).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "pipeline.hpp"
+#include "src/async_sum.hpp"
 #include "src/comm.hpp"
 
 namespace pt {
@@ -55,7 +57,10 @@ class NcclWorld {
     std::map<std::vector<int>, std::shared_ptr<Group>> groups_;
 };
 
-class NcclComm : public pp::Comm {
+// Also an AsyncSum: start_sum queues the ncclAllReduce on a stream of its own, after an event
+// that says the compute stream has written the gradient, so the sum runs while the backward goes
+// on (a GPU runs both streams' kernels at once); wait_sums waits on each sum's event.
+class NcclComm : public pp::Comm, public AsyncSum {
  public:
     // Call on rank's thread, after pt::set_device. `host` carries host buffers, barriers and
     // abort: a ThreadComm of world.host() for threads, the process's MpiComm under MPI.
@@ -70,14 +75,23 @@ class NcclComm : public pp::Comm {
     void allreduce_sum(double* data, std::size_t n, const std::vector<int>& ranks) override;
     void barrier() override { host_.barrier(); }
     void abort(const std::string& why) override { host_.abort(why); }
+    bool sums_device_memory() const override { return true; }
+    void start_sum(float* data, std::size_t n, const std::vector<int>& ranks) override;   // GPU memory
+    std::vector<Span> wait_sums() override;
+    ~NcclComm() override;
 
  private:
+    struct Sums;                                        // the side stream and the sums in flight on it
     void check() const;                                 // the rank, its host pp::Comm and its GPU fit the world
-    void wait(void*& comm, const std::string& what);   // the stream, with a timeout and abort
+    // Polls query() (the stream, by default) so that a peer that never posts its half ends in an
+    // error, not a hang: the timeout, NCCL's asynchronous error, or the world's abort.
+    void wait(void*& comm, const std::string& what, const std::function<int()>& query = nullptr);
+    void*& group_comm(const std::vector<int>& ranks);   // this rank's communicator of `ranks`, made at first use
     NcclWorld& world_;
     std::unique_ptr<ThreadComm> own_host_;   // made by the two-argument constructor
     pp::Comm& host_;
     int rank_;
+    std::unique_ptr<Sums> sums_;
 };
 
 }  // namespace pt

@@ -34,7 +34,9 @@ struct cudaPointerAttributes {
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 typedef struct EmuStream* cudaStream_t;
 typedef struct EmuPool* cudaMemPool_t;
+typedef struct EmuEvent* cudaEvent_t;
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDisableTiming 0x02
 
 const char* cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError();
@@ -45,6 +47,12 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s);

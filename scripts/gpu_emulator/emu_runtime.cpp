@@ -63,6 +63,11 @@ struct EmuStream {  // non-blocking: the legacy stream neither waits for it nor 
     int device;
     int id;  // -1: the legacy default stream
     std::deque<std::function<bool()>> q;  // false: an NCCL operation that waits for its peers
+    uint64_t queued = 0, ran = 0;         // work items ever queued, ever run (an event is a mark)
+};
+struct EmuEvent {  // cudaEventRecord: the work queued on s so far (a never-recorded event is complete)
+    EmuStream* s = nullptr;
+    uint64_t mark = 0;
 };
 struct EmuPool {};
 
@@ -222,14 +227,16 @@ EmuStream* resolve(cudaStream_t s) {
 std::string stream_name(EmuStream* s) {
     return (s->id < 0 ? "the legacy stream" : "stream #" + std::to_string(s->id)) + " of cuda:" + std::to_string(s->device);
 }
-bool run_ready(EmuStream* s) {  // false: stopped at an NCCL operation that waits for its peers
-    for (; !s->q.empty(); s->q.pop_front())
+// Runs s's work up to item `mark` (an event's); false: stopped at an NCCL operation that waits for its peers.
+bool run_to(EmuStream* s, uint64_t mark) {
+    for (; s->ran < mark && !s->q.empty(); s->q.pop_front(), s->ran++)
         if (!s->q.front()()) return false;
     return true;
 }
+bool run_ready(EmuStream* s) { return run_to(s, UINT64_MAX); }
 // A synchronisation: lets the other host threads post their NCCL halves meanwhile.
-void run_queue(EmuStream* s) {
-    for (auto t0 = std::chrono::steady_clock::now(); !run_ready(s);) {
+void run_queue(EmuStream* s, uint64_t mark = UINT64_MAX) {
+    for (auto t0 = std::chrono::steady_clock::now(); !run_to(s, mark);) {
         if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60))
             fatal("synchronising " + stream_name(s) + ": an NCCL operation has waited 60 s for its peers");
         const int held = t_locks;
@@ -257,6 +264,7 @@ void submit_gated(EmuStream* s, const std::string& what, std::vector<Access> acc
         auto& p = a.x->pending[s];
         p.ops++, p.writes += a.write, p.last = what;
     }
+    s->queued++;
     s->q.push_back([acc, s, f = std::move(f)] {
         if (!f()) return false;
         for (const Access& a : acc) {
@@ -690,6 +698,57 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaStreamQuery(cudaStream_t s) {  // runs what it can: lazy work has no other trigger
     Lock lock;
     return run_ready(resolve(s)) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {  // CUDA lets queued work finish; so does this
+    Lock lock;
+    if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of the legacy stream");
+    run_queue(resolve(s));
+    g_streams.erase(std::find(g_streams.begin(), g_streams.end(), s));   // kept in memory: allocations name it
+    return cudaSuccess;
+}
+
+// ---- events -----------------------------------------------------------------------------------
+// An event marks how much work its stream had queued when it was recorded. A stream that waits
+// for it (cudaStreamWaitEvent) here runs the other stream up to the mark at once: the emulator
+// may run queued work at any time before a synchronisation, and running it now is what lets the
+// race check see the order (the waiting stream's later work no longer overlaps it). Work queued
+// on the other stream after the record still races with the waiting stream's, as on a GPU.
+std::set<EmuEvent*> g_events;
+EmuEvent* event_of(cudaEvent_t e) {
+    if (!g_events.count(e)) fatal("unknown or destroyed event " + hex(e));
+    return e;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    Lock lock;
+    if (flags != cudaEventDisableTiming) return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags: only cudaEventDisableTiming is emulated");
+    g_events.insert(*e = new EmuEvent{});
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    Lock lock;
+    EmuEvent* ev = event_of(e);
+    ev->s = resolve(s), ev->mark = ev->s->queued;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    Lock lock;
+    resolve(s);
+    EmuEvent* ev = event_of(e);
+    if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags must be 0");
+    if (ev->s) run_queue(ev->s, ev->mark);
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {  // runs what it can, as cudaStreamQuery
+    Lock lock;
+    EmuEvent* ev = event_of(e);
+    return !ev->s || run_to(ev->s, ev->mark) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    Lock lock;
+    g_events.erase(event_of(e));
+    delete e;
+    return cudaSuccess;
 }
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {

@@ -8,6 +8,8 @@
 //   race        the legacy stream reads what a non-blocking stream may still be writing -> "RACE"
 //   early       a thread reads the target of its cp.async before cp.async.wait_group -> "NaN"
 //   unwaited    a thread returns with a cp.async it never waited for -> "never waited for"
+//   event       a second stream reads what the first wrote, after cudaStreamWaitEvent -> "event: ok"
+//   eventrace   the same without the wait                     -> "RACE"
 //   nccl        (EMU_GPUS=2) receives wait for their sends, in posting order; an all-reduce sums;
 //               then a 4-byte send meets an 8-byte receive   -> "meets a half"
 #include <cuda_runtime.h>
@@ -126,6 +128,23 @@ int main(int argc, char** argv) {
     if (mode == "oob") fill<<<5, 256, 0, s>>>(d, 1.0f, 1280);
     if (mode == "diverge") diverge<<<1, 64, 0, s>>>(d);
     if (mode == "crossfree") cudaSetDevice(1), cudaFreeAsync(d, s);   // cuda:0 memory freed from cuda:1
+    if (mode == "event" || mode == "eventrace") {   // NcclComm's data-parallel sums: a side stream reads a gradient
+        cudaStream_t side;
+        cudaEvent_t written;
+        float* copy;
+        cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+        cudaEventCreateWithFlags(&written, cudaEventDisableTiming);
+        fill<<<4, 256, 0, s>>>(d, 2.0f, 1024);
+        cudaEventRecord(written, s);
+        if (mode == "event") cudaStreamWaitEvent(side, written, 0);
+        cudaMallocAsync(&copy, 1024 * sizeof(float), side);
+        cudaMemcpyAsync(copy, d, 1024 * sizeof(float), cudaMemcpyDeviceToDevice, side);
+        cudaMemcpyAsync(h.data(), copy, 1024 * sizeof(float), cudaMemcpyDeviceToHost, side);
+        const bool ok = h[0] == 2.0f && h[1023] == 2.0f && cudaEventQuery(written) == cudaSuccess;
+        cudaEventDestroy(written);
+        cudaStreamDestroy(side);
+        return std::printf("event: %s\n", ok ? "ok" : "WRONG"), ok ? 0 : 1;
+    }
     if (mode == "race") {
         fill<<<4, 256, 0, s>>>(d, 2.0f, 1024);
         cudaMemcpy(h.data(), d, sizeof(float), cudaMemcpyDeviceToHost);

@@ -6,7 +6,7 @@ container's seccomp profile, Yama's ptrace_scope 2 or 3), vader fails at the fir
 so scripts/mpirun.sh asks here first and falls back to copying through shared memory twice
 (btl_vader_single_copy_mechanism=none). That fallback is not free: the sender must call into MPI
 to push each 32 KiB fragment, so a message waits on the sender's compute (a 2-stage pipeline of
-`small` measured 0.88 of the same pipeline on threads with it, 1.00 with CMA; issue #33).
+`small` on 2 processes: 5,284 tok/s with it, 6,691 with CMA; docs/parallel-bench.md, issue #33).
 
 As vader does, the process read says first that any process may trace it (Yama's PR_SET_PTRACER),
 and the reader is not its ancestor: a child reads its parent, as sibling ranks read each other."""

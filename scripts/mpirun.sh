@@ -7,7 +7,7 @@
 #     Yama's ptrace_scope), its shared-memory transport's single copy (CMA) fails at the first
 #     large message: scripts/cma_probe.py asks the kernel, and only then is
 #     OMPI_MCA_btl_vader_single_copy_mechanism=none set (copies twice, and each message then waits
-#     for its sender to call MPI: a 2-stage pipeline ran at 0.88 of threads with it, 1.00 without).
+#     for its sender to call MPI: a 2-stage pipeline ran 21% slower with it, docs/parallel-bench.md).
 # A setting already in the environment is kept. Tests and docs launch MPI runs through this.
 set -euo pipefail
 if [ $# -lt 2 ]; then

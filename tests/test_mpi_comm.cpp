@@ -54,6 +54,21 @@ void exchange(int np) {
 TEST_CASE("send/recv, group, all-reduce (bitwise ThreadComm's) and barrier on 2 ranks") { exchange(2); }
 TEST_CASE("send/recv, group, all-reduce (bitwise ThreadComm's) and barrier on 4 ranks") { exchange(4); }
 
+// Open MPI's shared memory moves a large message in one copy that the receiver makes (CMA), where
+// the kernel lets one process read another's memory. scripts/mpirun.sh used to turn that off in
+// every container, and each message then waited for its sender's next MPI call (a 2-stage
+// pipeline 21% slower, docs/parallel-bench.md); it now asks the kernel (scripts/cma_probe.py).
+TEST_CASE("scripts/mpirun.sh turns Open MPI's single copy off exactly where the kernel forbids it") {
+    const std::string scripts = std::string(PT_SOURCE_DIR) + "/scripts/";
+    const bool allowed = std::system((scripts + "cma_probe.py 2>/dev/null").c_str()) == 0;
+    test::Child child = test::Child::exec({"env", "-u", "OMPI_MCA_btl_vader_single_copy_mechanism", "timeout", "-k", "3", "60",
+                                           scripts + "mpirun.sh", "1", "printenv", "OMPI_MCA_btl_vader_single_copy_mechanism"});
+    REQUIRE(child.wait_exit(70));
+    INFO("the probe says CMA is " << (allowed ? "allowed" : "forbidden") << "; mpirun output:\n" << child.out);
+    const bool off = has("\n" + child.out, "\nnone\n");   // printenv's line: the variable's value
+    CHECK(off != allowed);
+}
+
 // A waiting rank polls MPI_Test (every wait has a deadline, so no blocking MPI_Wait), but sleeps
 // between polls once the first 100 found nothing: waiting costs the core almost nothing.
 TEST_CASE("a rank that waits 2 s for a message burns under 10% of a core meanwhile") {

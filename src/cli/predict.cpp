@@ -51,15 +51,8 @@ struct Shape {
 // --links W_US,W_GBPS,A_US,A_GBPS: latency (µs) and bandwidth (GB/s) within a node, then across nodes.
 void read_links(const Args& a, Shape& s) {
     std::string text = a.str("--links", "5,100,10,12.5");
-    std::vector<double> v;
-    std::vector<std::string> fields = split(text, ',');
-    for (const std::string& x : fields) {
-        char* end = nullptr;
-        double d = std::strtod(x.c_str(), &end);
-        if (x.empty() || *end != '\0' || !(d >= 0 && d <= 1e9)) break;
-        v.push_back(d);
-    }
-    if (v.size() != 4 || fields.size() != 4 || !(v[1] > 0 && v[3] > 0))
+    std::vector<double> v = numbers(text, 1e9);
+    if (v.size() != 4 || !(v[1] > 0 && v[3] > 0))
         throw std::runtime_error("--links: expected W_US,W_GBPS,A_US,A_GBPS: latency µs and bandwidth GB/s within a node, "
                                  "then across nodes (bandwidths above 0), got \"" + text + "\"");
     s.within = {v[0] * 1e-6, v[1] * 1e9}, s.across = {v[2] * 1e-6, v[3] * 1e9};

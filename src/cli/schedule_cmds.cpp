@@ -22,15 +22,8 @@ pp::Costs read_costs(const Args& a) {
     pp::Costs costs;
     costs.overlap = a.has("--overlap");   // DualPipe's F&B pairs cost max(F, B)
     if (!a.has("--costs")) return costs;
-    std::vector<std::string> f = split(a.str("--costs"), ',');
-    std::vector<double> c;
-    for (const std::string& x : f) {
-        char* end = nullptr;
-        double v = std::strtod(x.c_str(), &end);
-        if (x.empty() || *end != '\0' || !(v >= 0 && v <= 1e6)) break;
-        c.push_back(v);
-    }
-    if (c.size() != 4 || f.size() != 4 || !(c[0] > 0 && c[1] > 0))
+    std::vector<double> c = numbers(a.str("--costs"), 1e6);
+    if (c.size() != 4 || !(c[0] > 0 && c[1] > 0))
         throw std::runtime_error("--costs: expected f,bi,bw,comm: four numbers in [0, 1e6], f and bi above 0, got \"" +
                                  a.str("--costs") + "\"");
     costs.f = c[0], costs.bi = c[1], costs.bw = c[2], costs.comm = c[3];

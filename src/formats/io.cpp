@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <cstdio>
@@ -154,6 +155,17 @@ std::vector<std::string> split(std::string_view s, char sep) {
         if (end == s.npos) return out;
         start = end + 1;
     }
+}
+
+std::vector<double> numbers(std::string_view s, double max) {
+    std::vector<double> out;
+    for (const std::string& x : split(s, ',')) {
+        char* end = nullptr;
+        double v = std::strtod(x.c_str(), &end);
+        if (x.empty() || *end != '\0' || !(v >= 0 && v <= max)) return {};
+        out.push_back(v);
+    }
+    return out;
 }
 
 std::vector<std::string> split_lines(const std::string& data) {

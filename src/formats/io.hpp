@@ -42,6 +42,8 @@ void check_inside(const std::string& dir, const std::string& name);
 std::FILE* open_output(const std::string& path, bool append);
 // Every field between separators, empty ones included: "a,,b," is {"a", "", "b", ""}.
 std::vector<std::string> split(std::string_view s, char sep);
+// The fields of a comma-separated list as numbers, each in [0, max]; empty if any field is not one.
+std::vector<double> numbers(std::string_view s, double max);
 
 // Write <path>.tmp.<pid>, fsync, rename over path, fsync the directory: a crash at any point
 // leaves either the old file or the complete new one. On failure nothing is left behind.

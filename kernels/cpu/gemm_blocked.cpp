@@ -308,9 +308,13 @@ struct Cut {
 
 // Rows into at least ceil(M / MC_MAX) parts, columns into at least ceil(N / NCB_MAX) (the cache
 // blocks), and of the cuts with up to twice as many parts each way and either numbering, the one
-// whose busiest thread has the fewest tiles (then the fewest blocks: each column block packs its
-// A again). The first cut that fits was up to 20% off on 2 threads: 256 x 256 gave one thread 10
-// strips of rows and the other 9 (or 8.3); 2 column blocks of 4 strips each give both 19 x 4.
+// whose busiest thread has the least work (then the fewest blocks). The first cut that fits was
+// up to 20% off on 2 threads (256 rows: one thread 10 strips, the other 9). Work counts tiles, and
+// a tile's worth for each strip of A a block packs: a block packs its rows' A, again for every
+// block of columns (perf: a strip's packing costs 0.6-0.85 of a tile). Counting tiles alone,
+// 256 x 256 x 2048 (tn) on 2 threads became two blocks of columns each packing all of A, 6% slower
+// than two blocks of rows. Packing all of A once per call, shared like B, was slower still: a
+// block's A is then no longer fresh in L2.
 Cut cut_blocks(int M, int N, int MR, int NR, int threads) {
     const int ms = (M + MR - 1) / MR, ns = (N + NR - 1) / NR;   // strips each way
     const int mb0 = (M + MC_MAX - 1) / MC_MAX, nb0 = (N + NCB_MAX - 1) / NCB_MAX;
@@ -322,12 +326,14 @@ Cut cut_blocks(int M, int N, int MR, int NR, int threads) {
                 const int sm = (ms + mb - 1) / mb, sn = (ns + nb - 1) / nb;   // strips a block
                 Cut c{sm * MR, sn * NR, (ms + sm - 1) / sm, (ns + sn - 1) / sn, by_column};
                 const int64_t tasks = (int64_t)c.rows_b * c.cols_b, T = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
-                int64_t load = 0;   // the busiest thread's tiles
+                int64_t load = 0;   // the busiest thread's work, in tiles
                 for (int64_t p = 0; p < T; p++) {
-                    int64_t tiles = 0;
-                    for (int64_t t = tasks * p / T; t < tasks * (p + 1) / T; t++)
-                        tiles += (int64_t)std::min(sm, ms - c.row_of(t) * sm) * std::min(sn, ns - c.col_of(t) * sn);
-                    load = std::max(load, tiles);
+                    int64_t work = 0;
+                    for (int64_t t = tasks * p / T; t < tasks * (p + 1) / T; t++) {
+                        const int64_t rows = std::min(sm, ms - c.row_of(t) * sm), cols = std::min(sn, ns - c.col_of(t) * sn);
+                        work += rows * cols + rows;   // its tiles, and packing its strips of A (about a tile each)
+                    }
+                    load = std::max(load, work);
                 }
                 if (best_load < 0 || load < best_load ||
                     (load == best_load && tasks < (int64_t)best.rows_b * best.cols_b)) {

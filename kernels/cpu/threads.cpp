@@ -2,10 +2,15 @@
 // The count is thread_local, and so is the pool: several pipeline-stage threads may call
 // kernels at the same time, each with its own count and its own workers. Workers sleep on a
 // condition variable between jobs; spawning std::threads per call would cost more than the
-// many small kernels of a tiny model.
+// many small kernels of a tiny model. Before sleeping, a worker (and a caller waiting for its
+// workers) watches for 200 µs: a step runs thousands of jobs, often microseconds apart, and each
+// sleep and wake goes through the kernel. Measured on 2 cores, --threads 2 against sleeping at
+// once: tiny's step 1.2x as fast, small's 1.05x, GEMMs up to 1.18x (20 µs gave less, 200 the most).
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -33,6 +38,7 @@ public:
         }
         start_.notify_all();
         std::exception_ptr error = run_piece(fn, 0, n / parts);
+        watch([&] { return pending_.load(std::memory_order_acquire) == 0; });
         std::unique_lock<std::mutex> lock(mu_);
         done_.wait(lock, [&] { return pending_ == 0; });
         // An exception (e.g. bad_alloc) in any piece is rethrown here, once no worker uses fn.
@@ -52,6 +58,19 @@ private:
         return nullptr;
     }
 
+    // Polls `ready` for up to kWatch before the caller sleeps on a condition variable (which it
+    // still does: this only saves the sleep where the wait is short).
+    template <class Ready>
+    static void watch(const Ready& ready) {
+        constexpr auto kWatch = std::chrono::microseconds(200);
+        const auto until = std::chrono::steady_clock::now() + kWatch;
+        while (!ready() && std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    }
+
     void resize(int count) {
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -64,11 +83,12 @@ private:
         // A new worker starts from the current generation, which is read here and not in the
         // worker: the thread may first run after the job it was created for has been posted.
         for (int id = 0; id < count; id++)
-            workers_.emplace_back([this, id, g = generation_] { work(id + 1, g); });
+            workers_.emplace_back([this, id, g = generation_.load()] { work(id + 1, g); });
     }
 
     void work(int piece, uint64_t seen) {
         for (;;) {
+            watch([&] { return generation_.load(std::memory_order_acquire) != seen; });
             std::unique_lock<std::mutex> lock(mu_);
             start_.wait(lock, [&] { return stop_ || generation_ != seen; });
             if (stop_) return;
@@ -91,9 +111,10 @@ private:
     std::condition_variable start_, done_;
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0;
-    int parts_ = 0, pending_ = 0;
+    int parts_ = 0;
+    std::atomic<int> pending_{0};           // written under mu_, also read without it (watch)
     std::exception_ptr worker_error_;
-    uint64_t generation_ = 0;
+    std::atomic<uint64_t> generation_{0};   // likewise
     bool stop_ = false;
 };
 

@@ -59,15 +59,7 @@ void add_head(float* x, const float* xh, int T, int HS, int C) {
 // exp(score * scale - max) / sum. Returns lse_i = max + log(sum), -inf when every key is masked.
 float softmax_row(float* s, const int32_t* mask, bool causal, int b, int i, int T, float scale) {
     for (int j = 0; j < T; j++) s[j] = visible(mask, causal, b, i, j, T) ? s[j] * scale : -INFINITY;
-    // The max in 16 lanes, then across them: a max is the same in any order, and one chain of
-    // compares does not vectorise.
-    float lane[16], maxv = -INFINITY;
-    std::fill(lane, lane + 16, -INFINITY);
-    int j = 0;
-    for (; j + 16 <= T; j += 16)
-        for (int l = 0; l < 16; l++) lane[l] = s[j + l] > lane[l] ? s[j + l] : lane[l];
-    for (; j < T; j++) maxv = s[j] > maxv ? s[j] : maxv;
-    for (int l = 0; l < 16; l++) maxv = lane[l] > maxv ? lane[l] : maxv;
+    const float maxv = max32(s, T);   // vectorised (vecmath.hpp)
     if (maxv == -INFINITY) {   // every key masked (an all-padding row): no attention
         std::fill(s, s + T, 0.0f);
         return -INFINITY;

@@ -25,16 +25,14 @@ void check_targets(const int32_t* targets, int N, int V, const char* fn) {
                                      std::to_string(V) + ") and is not ignore_index -100");
 }
 
-// One row of logits x (V): e[i] = exp(x[i] - max) in float (exp32: the loop vectorises), their
-// sum in float64 in increasing i. Returns the sum; max goes to max_out. The max is a local: kept
-// in max_out, which might alias e, every store to e[i] could change it, and no loop vectorised.
+// One row of logits x (V): e[i] = exp(x[i] - max) in float (exp32 and max32 vectorise), their sum
+// in float64 in increasing i. Returns the sum, and the max in max_out (written once: while a loop
+// kept the max there, each store to e[i] might have changed it, and no loop vectorised).
 double row_exp(float* e, const float* x, int V, float& max_out) {
-    float maxv = x[0];
-    for (int i = 1; i < V; i++) maxv = x[i] > maxv ? x[i] : maxv;
+    const float maxv = max_out = max32(x, V);
     for (int i = 0; i < V; i++) e[i] = exp32(x[i] - maxv);
     double sum = 0.0;
     for (int i = 0; i < V; i++) sum += e[i];
-    max_out = maxv;
     return sum;
 }
 

@@ -5,6 +5,7 @@
 // coefficients rounded to float (scripts/fit_vecmath.py prints them again). Their errors against
 // std::exp and std::erf, over every float, are measured in tests/test_kernels.cpp.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,6 +61,19 @@ inline float erf32(float x) {
                            6.105264183e-03f, -2.466699341e-03f, 4.649467592e-04f);
     const float large = a >= 3.95f ? 1.0f : 1.0f - q;
     return std::copysign(a < 1.0f ? small : large, x);
+}
+
+// The largest of x[0..n): -inf for none, and NaNs passed over (as `x > m ? x : m` passes them).
+// Kept in 16 lanes, then taken across them: a max is the same in any order, and one chain of
+// compares does not vectorise.
+inline float max32(const float* x, int n) {
+    float lane[16], m = -INFINITY;
+    std::fill(lane, lane + 16, -INFINITY);
+    for (int i = 0; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+    for (int i = n / 16 * 16; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (float v : lane) m = v > m ? v : m;
+    return m;
 }
 
 }  // namespace ops

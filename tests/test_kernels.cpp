@@ -305,6 +305,27 @@ TEST_CASE("erf32 and exp32 stay within 2 and 1 ulp of std::erf and std::exp over
     CHECK(std::signbit(ops::erf32(-0.0f)));
 }
 
+TEST_CASE("max32 is the largest value at every length and position, passes NaNs over, -inf for none") {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-50.0f, 50.0f);
+    for (int n : {1, 2, 15, 16, 17, 31, 32, 33, 47, 128, 4000})
+        for (int at : {0, n / 2, n - 1, n / 16 * 16, n / 16 * 16 - 1}) {   // the top in a lane, and in the tail
+            if (at < 0 || at >= n) continue;
+            std::vector<float> x(n);
+            for (float& v : x) v = u(rng);
+            x[at] = 60.0f;
+            CHECK(ops::max32(x.data(), n) == *std::max_element(x.begin(), x.end()));
+            x[at] = -60.0f;   // and the largest of the rest
+            CHECK(ops::max32(x.data(), n) == *std::max_element(x.begin(), x.end()));
+        }
+    std::vector<float> nan_first(20, -3.0f);
+    nan_first[0] = NAN, nan_first[19] = 2.0f, nan_first[5] = NAN;
+    CHECK(ops::max32(nan_first.data(), 20) == 2.0f);
+    CHECK(ops::max32(nan_first.data(), 0) == -INFINITY);
+    std::vector<float> masked(17, -INFINITY);
+    CHECK(ops::max32(masked.data(), 17) == -INFINITY);
+}
+
 TEST_CASE("gemm gives the same bits with 1, 2 and 3 threads") {
     const int M = 200, N = 530, K = 70;  // several row and column tiles
     const Vec A = random_vec((size_t)M * K, 11), B = random_vec((size_t)K * N, 12);

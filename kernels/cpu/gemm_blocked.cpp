@@ -177,24 +177,43 @@ __attribute__((target("avx512f"))) void pack_a_avx512(float* Ap, const float* A,
     }
     if (full < mc) pack_a(Ap, A, MR, i0 + full, mc - full, p0, kc, M, K, transA);
 }
+
+// A whole 32-column strip of op(B) from an (N, K) B (a layer's weight, y = x W^T): 16 k of 16 rows
+// of B loaded as 16 vectors, transposed in registers, stored as 16 runs of 16 floats. Stored one
+// float at a time, each 128 bytes from the last, this packing was 7% of a step in micro-batches
+// of 2 rows (perf; every micro-batch packs every weight again).
+__attribute__((target("avx512f"))) void pack_bt_avx512(float* Bp, const float* B, int p0, int kc, int j, int K) {
+    int k = 0;
+    for (; k + 16 <= kc; k += 16)
+        for (int c0 = 0; c0 < kAvx512NR; c0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(B + (size_t)(j + c0 + i) * K + p0 + k);
+            transpose16(r);
+            for (int i = 0; i < 16; i++) _mm512_storeu_ps(Bp + (size_t)(k + i) * kAvx512NR + c0, r[i]);
+        }
+    for (; k < kc; k++)
+        for (int c = 0; c < kAvx512NR; c++) Bp[(size_t)k * kAvx512NR + c] = B[(size_t)(j + c) * K + p0 + k];
+}
 #pragma GCC diagnostic pop
 #endif
 
 using TileFn = void (*)(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
 using PackFn = void (*)(float* Ap, const float* A, int MR, int i0, int mc, int p0, int kc, int M, int K, bool transA);
+using PackBtFn = void (*)(float* Bp, const float* B, int p0, int kc, int j, int K);   // a whole strip, B (N, K)
 struct Kernel {
     GemmKernel id;
     const char* name;
     int MR, NR;
     TileFn tile;
     PackFn pack_a;
+    PackBtFn pack_bt;   // null: pack_b_strip's loop
 };
 
 const Kernel& kernel_of(GemmKernel k) {
-    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a};
+    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr};
 #ifdef PT_X86
-    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a};
-    static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512};
+    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr};
+    static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512, pack_bt_avx512};
     if (k == GemmKernel::avx512) return avx512;
     if (k == GemmKernel::avx2) return avx2;
 #endif
@@ -233,8 +252,9 @@ float* scratch(std::vector<float>& v, size_t n) {
 }
 
 // op(B)[p0:p0+kc, j:j+NR] as one strip (Bp[k][c]), zero-padded past column N.
-void pack_b_strip(float* Bp, const float* B, int NR, int p0, int kc, int j, int N, int K, bool transB) {
-    const int cols = std::min(NR, N - j);
+void pack_b_strip(const Kernel& kn, float* Bp, const float* B, int p0, int kc, int j, int N, int K, bool transB) {
+    const int NR = kn.NR, cols = std::min(NR, N - j);
+    if (transB && cols == NR && kn.pack_bt) return kn.pack_bt(Bp, B, p0, kc, j, K);
     if (cols < NR) std::fill(Bp, Bp + (size_t)kc * NR, 0.0f);
     if (!transB) {   // B is (K, N): row p0 + k holds the strip's NR values contiguously
         for (int k = 0; k < kc; k++) std::memcpy(Bp + (size_t)k * NR, B + (size_t)(p0 + k) * N + j, cols * sizeof(float));
@@ -248,13 +268,13 @@ void pack_b_strip(float* Bp, const float* B, int NR, int p0, int kc, int j, int 
 
 // All of op(B), packed once per call and shared by every block: slice p0 (kc rows) starts at
 // p0 * Npad, and its strip s at p0 * Npad + s * kc * NR.
-void pack_b(float* Bp, const float* B, int NR, int N, int K, bool transB) {
-    const int strips = (N + NR - 1) / NR, Npad = strips * NR;
+void pack_b(const Kernel& kn, float* Bp, const float* B, int N, int K, bool transB) {
+    const int NR = kn.NR, strips = (N + NR - 1) / NR, Npad = strips * NR;
     parallel_for((int64_t)strips, 4, [&](int64_t s0, int64_t s1) {
         for (int p0 = 0; p0 < K; p0 += KC) {
             const int kc = std::min(KC, K - p0);
             for (int64_t s = s0; s < s1; s++)
-                pack_b_strip(Bp + (size_t)p0 * Npad + s * kc * NR, B, NR, p0, kc, int(s) * NR, N, K, transB);
+                pack_b_strip(kn, Bp + (size_t)p0 * Npad + s * kc * NR, B, p0, kc, int(s) * NR, N, K, transB);
         }
     });
 }
@@ -374,7 +394,7 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
     thread_local std::vector<float> b_buf;
     const int Npad = (N + kn.NR - 1) / kn.NR * kn.NR;
     float* Bp = scratch(b_buf, (size_t)K * Npad);
-    pack_b(Bp, B, kn.NR, N, K, transB);
+    pack_b(kn, Bp, B, N, K, transB);
     const Cut cut = cut_blocks(M, N, kn.MR, kn.NR, num_threads());
     parallel_for((int64_t)cut.rows_b * cut.cols_b, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; t++) {

@@ -2,8 +2,8 @@
 # Parallel shapes against each other, measured here in one window, the runs alternating (prints,
 # asserts nothing; issue #33 §4). Writes runs/parallel-bench.md, or docs/parallel-bench.md with
 # --update-docs (generated, never typed). `small`, batch 16 × seq 128, tok/s over the steady steps:
-#   * the 2-stage 1F1B and ZB-H1 pipelines, as threads and as 2 MPI processes, and ZB-V (2 chunks a
-#     rank) as threads, against one rank on 2 threads;
+#   * the 2-stage 1F1B, ZB-H1 and ZB-V pipelines (ZB-V: the V shape, 2 chunks a
+#     rank), each as threads and as 2 MPI processes, against one rank on 2 threads;
 #   * the same 2 processes with Open MPI's shared memory copying twice (single_copy_mechanism
 #     none, what scripts/mpirun.sh falls back to where the kernel forbids CMA);
 #   * 2 data-parallel replicas, threads and processes, with the sums overlapped (--dp-overlap 1,
@@ -27,6 +27,7 @@ configs=(
   "2-stage ZB-H1, M = 8, threads|0|--stages 2 --micro-batches 8 --schedule zb-h1"
   "2-stage ZB-H1, M = 8, 2 MPI processes|2|--stages 2 --micro-batches 8 --schedule zb-h1 --comm mpi"
   "2-stage ZB-V (2 chunks a rank), M = 8, threads|0|--stages 2 --micro-batches 8 --schedule zbv"
+  "2-stage ZB-V (2 chunks a rank), M = 8, 2 MPI processes|2|--stages 2 --micro-batches 8 --schedule zbv --comm mpi"
   "dp 2, M = 4, threads, overlapped|0|--dp 2 --micro-batches 4 --dp-overlap 1"
   "dp 2, M = 4, threads, after the backward|0|--dp 2 --micro-batches 4 --dp-overlap 0"
   "dp 2, M = 4, 2 MPI processes, overlapped|2|--dp 2 --micro-batches 4 --dp-overlap 1 --comm mpi"
@@ -58,6 +59,7 @@ goals="| the 2-stage 1F1B pipeline (threads) against --threads 2 | $(ratio "$(b 
 | the 2-stage ZB-H1 pipeline (threads) against --threads 2 | $(ratio "$(b "2-stage ZB-H1, M = 8, threads")" "$(b "one rank, --threads 2")") | ≥ 0.95 |
 | the 2-stage ZB-H1 pipeline, 2 MPI processes, against --threads 2 | $(ratio "$(b "2-stage ZB-H1, M = 8, 2 MPI processes")" "$(b "one rank, --threads 2")") | ≥ 0.95 |
 | the 2-stage ZB-V pipeline (threads) against --threads 2 | $(ratio "$(b "2-stage ZB-V (2 chunks a rank), M = 8, threads")" "$(b "one rank, --threads 2")") | ≥ 0.95 |
+| the 2-stage ZB-V pipeline, 2 MPI processes, against --threads 2 | $(ratio "$(b "2-stage ZB-V (2 chunks a rank), M = 8, 2 MPI processes")" "$(b "one rank, --threads 2")") | ≥ 0.95 |
 | dp 2 threads, overlapped against after the backward | $(ratio "$(b "dp 2, M = 4, threads, overlapped")" "$(b "dp 2, M = 4, threads, after the backward")") | > 1 |
 | dp 2 processes, overlapped against after the backward | $(ratio "$(b "dp 2, M = 4, 2 MPI processes, overlapped")" "$(b "dp 2, M = 4, 2 MPI processes, after the backward")") | > 1 |"
 {

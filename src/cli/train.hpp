@@ -69,7 +69,9 @@ struct LayerCosts {
 
 // Per-layer cost: "params" (parameter count), "time" (measured forward + backward on one micro-batch
 // of B×T on `device`), "memory" (bytes, as LayerCosts says) or "uniform".
-LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {});
+// check_only: the flag checked, uniform costs returned, nothing timed.
+LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device = {},
+                       bool check_only = false);
 // [rank][chunk] = layer indices: the partition of `costs` over P·V virtual stages, placed as `placement` says.
 std::vector<std::vector<std::vector<int>>> partition_layers(const LayerCosts& costs, int P, int V,
                                                            pp::Placement placement = pp::Placement::loop);

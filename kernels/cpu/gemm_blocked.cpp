@@ -7,12 +7,14 @@
 #include "kernels/cpu/parallel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -73,25 +75,39 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* Ap, cons
 // B vectors and the broadcast A value. Twice the lanes of AVX2 and twice the registers: each k
 // step loads 2 vectors of B and 14 scalars of A for 28 fmas, enough to keep two FMA pipes busy.
 // (12 rows measured ~10% slower here: fewer fmas per load.)
+// R < 14 rows: the last strip of an M that 14 does not divide (M = 256: 18 strips and 4 rows)
+// computes and stores only its R rows (the strip is still packed 14 wide, zero-padded).
 constexpr int kAvx512MR = 14, kAvx512NR = 32;
-__attribute__((target("avx512f"))) void tile_avx512(int kc, const float* Ap, const float* Bp, float* c, int ldc,
-                                                    bool load) {
-    __m512 t[kAvx512MR][2];
+template <int R>
+__attribute__((target("avx512f"))) void tile_avx512_rows(int kc, const float* Ap, const float* Bp, float* c, int ldc,
+                                                         bool load) {
+    __m512 t[R > 0 ? R : 1][2];
 #pragma GCC unroll 14
-    for (int i = 0; i < kAvx512MR; i++)
+    for (int i = 0; i < R; i++)
         for (int v = 0; v < 2; v++) t[i][v] = load ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
     for (int k = 0; k < kc; k++, Ap += kAvx512MR, Bp += kAvx512NR) {
         const __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
 #pragma GCC unroll 14
-        for (int i = 0; i < kAvx512MR; i++) {
+        for (int i = 0; i < R; i++) {
             const __m512 a = _mm512_set1_ps(Ap[i]);
             t[i][0] = _mm512_fmadd_ps(a, b0, t[i][0]);
             t[i][1] = _mm512_fmadd_ps(a, b1, t[i][1]);
         }
     }
 #pragma GCC unroll 14
-    for (int i = 0; i < kAvx512MR; i++)
+    for (int i = 0; i < R; i++)
         for (int v = 0; v < 2; v++) _mm512_storeu_ps(c + i * ldc + 16 * v, t[i][v]);
+}
+constexpr auto tile_avx512 = tile_avx512_rows<kAvx512MR>;
+
+template <int... R>
+constexpr std::array<void (*)(int, const float*, const float*, float*, int, bool), sizeof...(R)> avx512_tiles(
+    std::integer_sequence<int, R...>) {
+    return {tile_avx512_rows<R>...};
+}
+void tile_avx512_part(int rows, int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load) {
+    static constexpr auto by_rows = avx512_tiles(std::make_integer_sequence<int, kAvx512MR>());
+    by_rows[rows](kc, Ap, Bp, c, ldc, load);
 }
 #endif
 
@@ -200,20 +216,23 @@ __attribute__((target("avx512f"))) void pack_bt_avx512(float* Bp, const float* B
 using TileFn = void (*)(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
 using PackFn = void (*)(float* Ap, const float* A, int MR, int i0, int mc, int p0, int kc, int M, int K, bool transA);
 using PackBtFn = void (*)(float* Bp, const float* B, int p0, int kc, int j, int K);   // a whole strip, B (N, K)
+using TilePartFn = void (*)(int rows, int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
 struct Kernel {
     GemmKernel id;
     const char* name;
     int MR, NR;
     TileFn tile;
     PackFn pack_a;
-    PackBtFn pack_bt;   // null: pack_b_strip's loop
+    PackBtFn pack_bt;     // null: pack_b_strip's loop
+    TilePartFn tile_part;   // rows < MR of a tile; null: all MR rows, into a local tile
 };
 
 const Kernel& kernel_of(GemmKernel k) {
-    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr};
+    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr, nullptr};
 #ifdef PT_X86
-    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr};
-    static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512, pack_bt_avx512};
+    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr, nullptr};
+    static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512, pack_bt_avx512,
+                                   tile_avx512_part};
     if (k == GemmKernel::avx512) return avx512;
     if (k == GemmKernel::avx2) return avx2;
 #endif
@@ -299,12 +318,17 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
             for (int is = 0; is < mc; is += MR) {
                 float* t = T + (size_t)is * ldt + js;
                 const int rows = std::min(MR, mc - is), cols = std::min(NR, nc - js);
-                if (!in_c || (rows == MR && cols == NR)) {
-                    kn.tile(kc, Ap + (size_t)is * kc, b, t, ldt, p0 > 0);
+                auto run = [&](float* dst, int ld) {
+                    if (rows < MR && kn.tile_part) kn.tile_part(rows, kc, Ap + (size_t)is * kc, b, dst, ld, p0 > 0);
+                    else kn.tile(kc, Ap + (size_t)is * kc, b, dst, ld, p0 > 0);
+                };
+                // acc (beta != 0) has whole tiles; C itself only its own rows and columns
+                if (!in_c || ((rows == MR || kn.tile_part) && cols == NR)) {
+                    run(t, ldt);
                     continue;
                 }
                 for (int i = 0; i < rows && p0 > 0; i++) std::memcpy(edge + i * NR, t + (size_t)i * ldt, cols * 4);
-                kn.tile(kc, Ap + (size_t)is * kc, b, edge, NR, p0 > 0);
+                run(edge, NR);
                 for (int i = 0; i < rows; i++) std::memcpy(t + (size_t)i * ldt, edge + i * NR, cols * 4);
             }
         }

@@ -148,8 +148,6 @@ std::vector<std::vector<std::vector<int>>> partition_layers(const LayerCosts& co
     return split_layers(bounds, layout);
 }
 
-// Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
-// backward on one micro-batch of B×T), "memory" (bytes, as LayerCosts says) or "uniform".
 namespace {
 // The blocks are one computation on the same shapes, so each gets the blocks' mean times: the
 // timing noise (±10% here) no longer picks among splits that tie, and a split no longer moves from
@@ -165,6 +163,8 @@ void same_blocks(LayerCosts& c) {
 }
 }  // namespace
 
+// Per-layer cost for partitioning: "params" (parameter count), "time" (measured forward +
+// backward on one micro-batch of B×T), "memory" (bytes, as LayerCosts says) or "uniform".
 LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int T, Device device, bool check_only) {
     int L = num_model_layers(cfg);
     if (by != "time" && by != "params" && by != "memory" && by != "uniform")
@@ -236,7 +236,7 @@ void plan_pipeline(TrainRun& w, const Setup& s, Args& a) {
     // Balanced stages need measured time: parameters say little of the attention's or the loss's
     // cost. One stage has nothing to split and no bubble to simulate, so its layers are not timed
     // (a forward and backward of the whole model 4 times: 3 of the 4.7 s of `small`'s 1-step run).
-    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "time"), rows, s.T, w.P == 1 ? Device{} : measure_on, w.P == 1);
+    LayerCosts costs = layer_costs(s.cfg, a.str("--partition", "time"), rows, s.T, measure_on, /*check_only=*/w.P == 1);
     LayerCosts times = costs.by == "time" || w.P == 1 ? costs : layer_costs(s.cfg, "time", rows, s.T, measure_on);
 #ifdef PIPETRAIN_MPI
     // Measured times differ from process to process: every rank takes rank 0's, so all split and plan alike.

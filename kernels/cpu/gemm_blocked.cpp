@@ -32,6 +32,7 @@ using chain::finish;
 // Each advances an MR x NR tile of C (row stride ldc) by kc steps of the chain, reading a packed
 // strip of A (Ap[k][r], MR floats per k) and of B (Bp[k][c], NR floats per k). `load` = false
 // starts the chain at 0 (the first slice of K), true continues it from the floats in c.
+using TileFn = void (*)(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
 
 // v1 plain C++: the tile in a local array; GCC vectorises the j loop with fma instructions
 // where the target has them (with -march=native), and std::fma is still exact where it has not.
@@ -101,8 +102,7 @@ __attribute__((target("avx512f"))) void tile_avx512_rows(int kc, const float* Ap
 constexpr auto tile_avx512 = tile_avx512_rows<kAvx512MR>;
 
 template <int... R>
-constexpr std::array<void (*)(int, const float*, const float*, float*, int, bool), sizeof...(R)> avx512_tiles(
-    std::integer_sequence<int, R...>) {
+constexpr std::array<TileFn, sizeof...(R)> avx512_tiles(std::integer_sequence<int, R...>) {
     return {tile_avx512_rows<R>...};
 }
 void tile_avx512_part(int rows, int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load) {
@@ -213,7 +213,6 @@ __attribute__((target("avx512f"))) void pack_bt_avx512(float* Bp, const float* B
 #pragma GCC diagnostic pop
 #endif
 
-using TileFn = void (*)(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
 using PackFn = void (*)(float* Ap, const float* A, int MR, int i0, int mc, int p0, int kc, int M, int K, bool transA);
 using PackBtFn = void (*)(float* Bp, const float* B, int p0, int kc, int j, int K);   // a whole strip, B (N, K)
 using TilePartFn = void (*)(int rows, int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);

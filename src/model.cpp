@@ -3,7 +3,6 @@
 #include <cmath>
 #include <stdexcept>
 
-
 namespace pt {
 
 size_t Stash::bytes() const {
@@ -54,20 +53,26 @@ void Layer::to(Device d) { move_to(params, d), move_to(grads, d), spare_.clear()
 
 void Layer::sum_micro_batches(int M) {
     sum_of_ = M > 1 ? M : 0;
-    if (tree_.leaves()) spare_.push_back(tree_.finish());   // an unfinished step's (an error ended it)
+    tree_.clear();   // an unfinished step's (an error ended it), which may hold the gradients' buffer
+    if (grads.size() != params.size()) grads.zeros(params.size(), params.device());
 }
 
+// Every weight-gradient op adds its micro-batch's whole sum once (grad += sum), one op a parameter:
+// so an odd leaf computed into its lone left neighbour is their sum, bitwise. Leaf 0 goes into the
+// (zeroed) gradients, where the tree's sum, always growing in its first buffer, ends.
 bool Layer::backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt) {
     if (!sum_of_) return weight_grads(stash, mb, opt), true;
     Buf leaf;   // (params): this micro-batch's gradients alone, added into zeros
-    if (spare_.empty()) leaf.zeros(grads.size(), grads.device());
-    else leaf.swap(spare_.back()), spare_.pop_back(), leaf.zero();
-    leaf.swap(grads), weight_grads(stash, mb, opt), leaf.swap(grads);
-    tree_.push(std::move(leaf));
+    Buf* into = tree_.lone_last();   // or leaf i - 1 alone, for an odd i
+    if (!into && tree_.leaves() == 0) leaf.swap(grads);
+    else if (!into && spare_.empty()) leaf.zeros(params.size(), params.device());
+    else if (!into) leaf.swap(spare_.back()), spare_.pop_back(), leaf.zero();
+    Buf& sum = into ? *into : leaf;   // where this micro-batch's gradients add
+    sum.swap(grads), weight_grads(stash, mb, opt), sum.swap(grads);
+    into ? tree_.grow() : tree_.push(std::move(leaf));
     if (int(tree_.leaves()) < sum_of_) return false;
-    Buf total = tree_.finish();
-    dev::accumulate(grads.data(), total.data(), int(grads.size()));
-    spare_.clear();   // the tree's ⌈log2 M⌉ + 1 buffers live only from the first backward to the last
+    grads = tree_.finish();
+    spare_.clear();   // the tree's ⌈log2 M⌉ - 1 other buffers live only from the first backward to the last
     return true;
 }
 
@@ -173,12 +178,8 @@ Activation activation(const std::string& hidden_act) {
 }
 
 ops::DropoutKey dropout_key(const RunOptions& opt, const MicroBatch& mb, int layer, int site) {
-    ops::DropoutKey k;
-    k.seed = opt.seed, k.step = mb.step, k.microbatch = mb.index;
-    k.layer = uint32_t(layer), k.site = uint32_t(site);
-    return k;
+    return {opt.seed, uint32_t(mb.step), uint32_t(mb.index), uint32_t(layer), uint32_t(site)};
 }
-
 
 Buf zeros(size_t n) { return Buf(n); }
 

@@ -98,9 +98,9 @@ class Layer {
     virtual void backward_input(float* din, const float* dout, Stash& stash, const MicroBatch& mb,
                                 const RunOptions& opt) = 0;
     // grads += this micro-batch's parameter gradients. After sum_micro_batches(M) (M > 1, from
-    // begin_step), each micro-batch's are computed alone and summed in PairwiseSum's fixed tree (the
-    // same bits however replicas cut the batch), in micro-batch order; the M-th call adds the sum to
-    // grads and returns true: the step's gradients are final (M ≤ 1: every call, straight into grads).
+    // begin_step, grads zeroed), the micro-batches' are summed in PairwiseSum's fixed tree (the same
+    // bits however replicas cut the batch), in order; the M-th call leaves the sum in grads and
+    // returns true: the step's gradients are final (M ≤ 1: every call, straight into grads).
     bool backward_weight(Stash& stash, const MicroBatch& mb, const RunOptions& opt);
     void sum_micro_batches(int M);   // starts a step's tree; M ≤ 1: straight into grads
     bool summing() const { return tree_.leaves() > 0; }   // a step's tree waits for more micro-batches

@@ -11,6 +11,7 @@
 
 #include "src/formats/corpus.hpp"
 #include "src/model.hpp"
+#include "src/pairwise.hpp"
 
 using namespace pt;
 
@@ -24,15 +25,15 @@ ModelConfig small_config(const std::string& act) {
     return c;
 }
 
-Batch small_batch(const ModelConfig& c, Objective obj) {
+Batch small_batch(const ModelConfig& c, Objective obj, int rows = 2) {
     Batch b;
-    b.B = 2, b.T = 7;
+    b.B = rows, b.T = 7;
     std::mt19937 rng(7);
     for (int i = 0; i < b.B * b.T; i++) {
         b.input_ids.push_back(int32_t(1 + rng() % (c.vocab_size - 1)));
         b.token_type_ids.push_back(int32_t(rng() % 2));
         b.task_type_ids.push_back(int32_t(rng() % 3));
-        b.attention_mask.push_back(i >= b.T + 5 ? 0 : 1);   // row 1 has 2 padding positions
+        b.attention_mask.push_back(i / b.T == 1 && i % b.T >= 5 ? 0 : 1);   // row 1 has 2 padding positions
         b.targets.push_back(i % 3 == 1 ? int32_t(rng() % c.vocab_size) : kIgnore);
     }
     if (obj == Objective::causal) set_causal_targets(b);
@@ -55,15 +56,19 @@ struct Model {
                     for (size_t i = 0; i < p.numel; i++) l->params[p.offset + i] += n(rng);
         sync_tied();
     }
+    void zero_grads() {
+        for (auto& l : layers) std::fill(l->grads.begin(), l->grads.end(), 0.0f);
+    }
     void sync_tied() {   // the head's decoder is the word embedding
         Layer& emb = *layers.front();
         Layer& head = *layers.back();
         if (!tied_param(head)) return;   // a classifier head has no decoder
         std::copy_n(emb.params.begin(), tied_param(head)->numel, head.params.begin() + tied_param(head)->offset);
     }
-    // Loss (mean over targets) in double, and optionally the gradients.
-    double run(const Batch& b, const RunOptions& opt, bool backward) {
-        MicroBatch mb = b.rows(0, b.B);
+    // Loss (mean over targets) in double, and optionally the gradients; `rows` of b only: their
+    // gradients add into the layers' (not zeroed), scaled by the whole batch's targets.
+    double run(const Batch& b, const RunOptions& opt, bool backward, int first = 0, int rows = 0) {
+        MicroBatch mb = b.rows(first, rows ? rows : b.B);
         mb.loss_scale = 1.0f / float(b.num_targets());
         std::vector<std::unique_ptr<Stash>> stash;
         std::vector<std::vector<float>> acts(1);
@@ -74,7 +79,7 @@ struct Model {
         }
         double loss = static_cast<HeadStash&>(*stash.back()).loss_sum / double(b.num_targets());
         if (backward) {
-            for (auto& l : layers) std::fill(l->grads.begin(), l->grads.end(), 0.0f);
+            if (!rows) zero_grads();
             std::vector<float> dout;
             for (int i = int(layers.size()) - 1; i >= 0; i--) {
                 std::vector<float> din(i == 0 ? 0 : acts[i].size(), 0.0f);
@@ -183,6 +188,56 @@ TEST_CASE("causal mask: a later token cannot change an earlier position's loss")
     CHECK(m.run(b, opt, false) == before);
     b.input_ids[1] = (b.input_ids[1] + 1) % c.vocab_size;   // a past token
     CHECK(m.run(b, opt, false) != before);
+}
+
+// Layer::backward_weight adds micro-batch i + 1 straight into micro-batch i's buffer (i even) and
+// micro-batch 0 into the zeroed gradients: right only while every weight-gradient op adds its whole
+// sum once. The reference sums gradients computed one micro-batch at a time into zeros. Before each
+// step, one that stopped a micro-batch short (its partial sums, gradients among them, are dropped).
+TEST_CASE("M micro-batches: every layer's gradients are the pairwise tree of each one's alone, bitwise") {
+    for (int labels : {0, 3}) {   // the masked LM's head, and a classifier's
+        ModelConfig c = small_config("gelu");
+        c.num_labels = labels;
+        Batch b = small_batch(c, Objective::mlm, 7);
+        for (int r = 0; r < b.B; r++)
+            for (int t = 0; t < b.T; t++) {
+                int32_t& y = b.targets[size_t(r) * b.T + t];
+                if (labels) y = t == 0 ? r % labels : kIgnore;
+                if (r == 3 && !labels) y = kIgnore;   // a micro-batch with no target: its head adds nothing
+            }
+        RunOptions opt;
+        opt.train = true, opt.seed = 4, opt.hidden_dropout = opt.attention_dropout = 0.1f;
+        for (int M = 2; M <= b.B; M++) {
+            CAPTURE(labels);
+            CAPTURE(M);
+            Model alone(c), summed(c);
+            std::vector<PairwiseSum<std::vector<float>>> trees;
+            for (size_t i = 0; i < alone.layers.size(); i++)
+                trees.emplace_back([](std::vector<float>& into, std::vector<float>& from) {
+                    for (size_t k = 0; k < into.size(); k++) into[k] += from[k];
+                });
+            for (int m = 0; m < M; m++) {
+                alone.zero_grads();
+                alone.run(b, opt, true, m, 1);
+                for (size_t i = 0; i < alone.layers.size(); i++) trees[i].push(alone.layers[i]->grads.host());
+            }
+            for (auto& l : summed.layers) l->sum_micro_batches(M);   // a step that an error ends after M - 1
+            for (int m = 0; m + 1 < M; m++) summed.run(b, opt, true, m, 1);
+            summed.zero_grads();
+            for (auto& l : summed.layers) l->sum_micro_batches(M);
+            for (int m = 0; m < M; m++) {
+                for (auto& l : summed.layers) REQUIRE(l->summing() == (m > 0));
+                summed.run(b, opt, true, m, 1);
+            }
+            for (size_t i = 0; i < summed.layers.size(); i++) {
+                CAPTURE(i);
+                CHECK_FALSE(summed.layers[i]->summing());
+                std::vector<float> want = trees[i].finish(), got = summed.layers[i]->grads.host();
+                REQUIRE(got.size() == want.size());
+                CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+            }
+        }
+    }
 }
 
 TEST_CASE("backward = backward_input then backward_weight, bitwise, and recompute = stash") {

@@ -630,21 +630,22 @@ TEST_CASE("partition is the exact optimum") {
 }
 
 namespace {
-// Every split of c into the layout's P·V chunks: the smallest (slowest rank, then slowest chunk).
+// (slowest rank, slowest chunk) of the split b of c into the layout's P·V chunks.
+std::pair<double, double> rank_score(const std::vector<double>& c, const Layout& layout, const std::vector<int>& b) {
+    std::vector<double> rank(layout.P, 0.0);
+    double chunk = 0;
+    for (int k = 0; k < layout.P * layout.V; k++) {
+        double x = 0;
+        for (int i = b[k]; i < b[k + 1]; i++) x += c[i];
+        rank[layout.rank(k)] += x, chunk = std::max(chunk, x);
+    }
+    return {*std::max_element(rank.begin(), rank.end()), chunk};
+}
+// Every split of c into the layout's P·V chunks: the smallest score.
 void brute_force_ranks(const std::vector<double>& c, const Layout& layout, std::vector<int>& b, int s,
                        std::pair<double, double>& best) {
     const int S = layout.P * layout.V, L = int(c.size());
-    if (s == S) {
-        std::vector<double> rank(layout.P, 0.0);
-        double chunk = 0;
-        for (int k = 0; k < S; k++) {
-            double x = 0;
-            for (int i = b[k]; i < b[k + 1]; i++) x += c[i];
-            rank[layout.rank(k)] += x, chunk = std::max(chunk, x);
-        }
-        best = std::min(best, std::make_pair(*std::max_element(rank.begin(), rank.end()), chunk));
-        return;
-    }
+    if (s == S) return void(best = std::min(best, rank_score(c, layout, b)));
     for (int e = s == S - 1 ? L : b[s] + 1; e <= L - (S - 1 - s); e++) b[s + 1] = e, brute_force_ranks(c, layout, b, s + 1, best);
 }
 }  // namespace
@@ -660,18 +661,11 @@ TEST_CASE("partition_ranks balances the ranks that run several chunks: the exact
         REQUIRE(int(b.size()) == S + 1);
         CHECK(b.front() == 0);
         CHECK(b.back() == L);
-        std::vector<double> rank(P, 0.0);
-        double chunk = 0;
-        for (int k = 0; k < S; k++) {
-            CHECK(b[k] < b[k + 1]);
-            double x = 0;
-            for (int i = b[k]; i < b[k + 1]; i++) x += c[i];
-            rank[layout.rank(k)] += x, chunk = std::max(chunk, x);
-        }
+        for (int k = 0; k < S; k++) CHECK(b[k] < b[k + 1]);
         std::vector<int> all(S + 1, 0);
         std::pair<double, double> best{1e300, 1e300};
         brute_force_ranks(c, layout, all, 0, best);
-        CHECK(std::make_pair(*std::max_element(rank.begin(), rank.end()), chunk) == best);
+        CHECK(rank_score(c, layout, b) == best);
         if (V == 1) CHECK(b == partition(c, S));
     }
     // 6 equal blocks between a light embedding and head, V-shaped on 2 ranks: partition() alone

@@ -1103,6 +1103,29 @@ TEST_CASE("adamw: one step matches the scalar formula in float64") {
     }
 }
 
+// The kernel's loop is vectorised (kernels/cpu/adamw.cpp); every lane must still do the float
+// operations of this plain loop in its order, so the bits are the plain loop's, at any length.
+TEST_CASE("adamw: the vectorised update has the bits of the plain float loop") {
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
+    const int t = 7;
+    const float bc1 = (float)(1.0 - std::pow((double)b1, t)), bc2 = (float)(1.0 - std::pow((double)b2, t));
+    for (int N : {1, 7, 16, 37, 100003}) {
+        Vec p = random_vec(N, 175), m = random_vec(N, 176, -0.1f, 0.1f), v = random_vec(N, 177, 0.0f, 0.01f);
+        const Vec g = random_vec(N, 178);
+        Vec rp = p, rm = m, rv = v;
+        for (int i = 0; i < N; i++) {
+            rm[i] = b1 * rm[i] + (1.0f - b1) * g[i];
+            rv[i] = b2 * rv[i] + (1.0f - b2) * g[i] * g[i];
+            rp[i] -= lr * ((rm[i] / bc1) / (std::sqrt(rv[i] / bc2) + eps) + wd * rp[i]);
+        }
+        ops::adamw_update(p.data(), m.data(), v.data(), g.data(), N, lr, b1, b2, eps, wd, t);
+        INFO("N = " << N);
+        CHECK(std::memcmp(p.data(), rp.data(), N * sizeof(float)) == 0);
+        CHECK(std::memcmp(m.data(), rm.data(), N * sizeof(float)) == 0);
+        CHECK(std::memcmp(v.data(), rv.data(), N * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("sum_squares matches a float64 loop and is thread-invariant") {
     const int64_t N = 250007;  // > 3 * 4 chunks, and not a multiple of the chunk size
     const Vec x = random_vec(N, 181, -2.0f, 2.0f);

@@ -9,21 +9,24 @@
 
 namespace ops {
 
+// AdamW on n elements of four distinct arrays (__restrict lets the compiler vectorise the loop, which
+// was scalar: 5% of a step; each lane does the scalar operations in their order: the same bits).
+// Decoupled weight decay: applied to the parameter, not mixed into the gradient.
+static void adamw_range(float* __restrict p, float* __restrict m, float* __restrict v, const float* __restrict g,
+                        int64_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= lr * ((m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps) + wd * p[i]);
+    }
+}
+
 void adamw_update(float* params, float* m, float* v, const float* grads, int64_t N,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     // Bias corrections in float64 once per call: beta^t for large t is fine there.
-    const float bc1 = (float)(1.0 - std::pow((double)beta1, t));
-    const float bc2 = (float)(1.0 - std::pow((double)beta2, t));
+    const float bc1 = (float)(1.0 - std::pow((double)beta1, t)), bc2 = (float)(1.0 - std::pow((double)beta2, t));
     parallel_for(N, 1 << 14, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; i++) {
-            const float g = grads[i];
-            m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-            v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-            const float m_hat = m[i] / bc1;
-            const float v_hat = v[i] / bc2;
-            // Decoupled weight decay: applied to the parameter, not mixed into the gradient.
-            params[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + weight_decay * params[i]);
-        }
+        adamw_range(params + i0, m + i0, v + i0, grads + i0, i1 - i0, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
     });
 }
 
@@ -33,11 +36,8 @@ double sum_squares(const float* x, int64_t N) {
     const int64_t chunks = (N + kChunk - 1) / kChunk;
     std::vector<double> partial(chunks);
     parallel_for(chunks, 4, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; c++) {
-            double s = 0.0;
-            for (int64_t i = c * kChunk; i < std::min(N, (c + 1) * kChunk); i++) s += (double)x[i] * x[i];
-            partial[c] = s;
-        }
+        for (int64_t c = c0; c < c1; c++)   // partial[c] starts at 0.0
+            for (int64_t i = c * kChunk; i < std::min(N, (c + 1) * kChunk); i++) partial[c] += (double)x[i] * x[i];
     });
     double total = 0.0;
     for (double s : partial) total += s;

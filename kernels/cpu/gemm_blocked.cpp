@@ -14,6 +14,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -279,8 +280,14 @@ void pack_b_strip(const Kernel& kn, float* Bp, const float* B, int p0, int kc, i
     if (transB && cols == NR && kn.pack_bt) return kn.pack_bt(Bp, B, p0, kc, j, K);
     if (cols < NR) std::fill(Bp, Bp + (size_t)kc * NR, 0.0f);
     if (!transB) {   // B is (K, N): row p0 + k holds the strip's NR values contiguously
-        for (int k = 0; k < kc; k++) std::memcpy(Bp + (size_t)k * NR, B + (size_t)(p0 + k) * N + j, cols * sizeof(float));
-        return;
+        // A whole strip's rows copied with a size the compiler knows (a few vector moves, not a call
+        // to memcpy for each 128 bytes: small, 8 micro-batches, 1 thread: memcpy was 3% of a step).
+        auto rows = [&](auto n) {
+            for (int k = 0; k < kc; k++) std::memcpy(Bp + (size_t)k * NR, B + (size_t)(p0 + k) * N + j, n * sizeof(float));
+        };
+        if (cols == 32) return rows(std::integral_constant<int, 32>());
+        if (cols == 16) return rows(std::integral_constant<int, 16>());
+        return rows(cols);
     }
     for (int c = 0; c < cols; c++) {   // B is (N, K): column c of the strip is row j + c of B
         const float* b = B + (size_t)(j + c) * K + p0;

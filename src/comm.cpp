@@ -10,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "kernels/cpu/parallel.hpp"
 #include "src/pairwise.hpp"
 #include "src/watchdog.hpp"
 
@@ -75,11 +76,11 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
     std::string who = "rank " + std::to_string(rank_) + ": recv from rank " + std::to_string(peer);
     if (peer < 0 || peer >= world_.size()) throw std::runtime_error(who + ": no such rank");
     auto& queue = world_.queues_[(size_t(channel) * world_.size_ + peer) * world_.size_ + rank_];
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(world_.timeout_s_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(int64_t(world_.timeout_s_ * 1e6));
     std::unique_lock<std::mutex> lock(world_.mutex_);
     auto gone = [&] { return world_.aborted_ || (channel == 2 && sums_cancelled_); };
     while (queue.empty() && !gone())
-        if (world_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty() && !gone()) {
+        if (ops::wait_lending(lock, world_.cv_, deadline, channel < 2) && queue.empty() && !gone()) {
             char secs[32];
             std::snprintf(secs, sizeof secs, "%g", world_.timeout_s_);
             throw std::runtime_error(who + " timed out after " + secs + " s (waiting for " + tag_text(tag) + ")");

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/parallel.hpp"
+#include "kernels/ops.hpp"
 #include "pipeline_lab.hpp"
 #include "src/comm.hpp"
 
@@ -344,6 +346,44 @@ TEST_CASE("ThreadComm: timeouts, tag checks, abort") {
                           comm.barrier();
                       }),
                       "rank 2: out of memory");
+}
+
+// Ranks as threads lend their core while they wait (kernels/cpu/threads.cpp): rank 1 waits for a
+// message while rank 0 multiplies on one thread, so rank 0's GEMMs are cut for two and rank 1
+// runs pieces of them. Every product must have the bits of the same GEMM on one thread alone.
+TEST_CASE("a waiting rank runs pieces of another rank's kernels, and the bits do not change") {
+    const int M = 384, N = 320, K = 256;
+    std::vector<float> A(size_t(M) * K), B(size_t(K) * N), alone(size_t(M) * N), C(alone.size());
+    for (size_t i = 0; i < A.size(); i++) A[i] = float(int(i * 7919 % 201) - 100) / 64.0f;
+    for (size_t i = 0; i < B.size(); i++) B[i] = float(int(i * 104729 % 199) - 99) / 128.0f;
+    ops::set_num_threads(1);
+    ops::gemm(alone.data(), A.data(), B.data(), nullptr, M, N, K, false, false, 1.0f, 0.0f);   // nobody waits
+    ThreadWorld world(2, 30.0);
+    ops::LentWork lent0, lent1;
+    int products = 0, differ = 0;
+    run_ranks(world, [&](int r) {
+        ThreadComm comm(world, r);
+        char c = 0;
+        if (r == 1) {   // waits for rank 0's message, running pieces of its jobs meanwhile
+            comm.recv(&c, 1, 0, 7);
+            lent1 = ops::lent_work();
+            return;
+        }
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (ops::lent_work().given == 0 && std::chrono::steady_clock::now() < until) {   // a liveness bound
+            std::fill(C.begin(), C.end(), -1.0f);
+            ops::gemm(C.data(), A.data(), B.data(), nullptr, M, N, K, false, false, 1.0f, 0.0f);
+            products++, differ += std::memcmp(C.data(), alone.data(), C.size() * sizeof(float)) != 0;
+        }
+        lent0 = ops::lent_work();
+        comm.send(&c, 1, 1, 7);
+    });
+    INFO(products << " products");
+    CHECK(lent0.given > 0);              // rank 0 gave pieces away...
+    CHECK(lent1.taken == lent0.given);   // ...all of them to rank 1, the only rank that waited
+    CHECK(lent1.taken_s > 0);
+    CHECK(lent0.taken == 0);
+    CHECK(differ == 0);
 }
 
 TEST_CASE("a Comm without all-reduce or barrier says so when they are called") {

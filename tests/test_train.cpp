@@ -83,6 +83,27 @@ TEST_CASE("training gives the same model bytes with every GEMM micro-kernel and 
     }
 }
 
+// Pipeline ranks run as threads lend their idle core to each other's kernels unless PIPETRAIN_LEND=0
+// (kernels/cpu/threads.cpp); lending moves work between threads, never a bit. A bad value is
+// refused in one line before anything is written.
+TEST_CASE("PIPETRAIN_LEND=0 and 1 train the same bytes; another value is refused") {
+    const std::string flags = " train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") +
+                              " --steps 3 --dropout 0.1 --seed 5 --stages 2 --micro-batches 3 --schedule zbv --out ";
+    std::string models[2];
+    for (int lend : {0, 1}) {
+        const std::string out = temp_dir("lend" + std::to_string(lend));
+        Run r = run_command("PIPETRAIN_LEND=" + std::to_string(lend) + " " + PT_CLI + flags + out);
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        models[lend] = out + "/model.safetensors";
+    }
+    CHECK(model_difference(models[0], models[1]) == "");
+    const std::string out = temp_dir("lend-bad");
+    Run bad = run_command("PIPETRAIN_LEND=yes " + std::string(PT_CLI) + flags + out);
+    CHECK(bad.code == 1);
+    CHECK(bad.out.find("pipetrain train: PIPETRAIN_LEND: expected 0 or 1, got \"yes\"\n") != std::string::npos);
+    CHECK(!std::filesystem::exists(out + "/model.safetensors"));
+}
+
 // PIPETRAIN_PROFILE=1 adds the op table at the end (each op once, with its calls); without it, no
 // table. bench-gemm measures what it is given and names a bad --shapes item.
 TEST_CASE("PIPETRAIN_PROFILE prints the time per op; bench-gemm checks its shapes") {

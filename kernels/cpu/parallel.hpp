@@ -1,9 +1,13 @@
-// kernels/cpu/parallel.hpp — internal to the CPU kernels: a static-partition parallel for.
+// kernels/cpu/parallel.hpp — the CPU kernels' static-partition parallel for, and the wait through which
+// pipeline ranks run as threads (src/comm.cpp) lend their idle core to it.
 // Every kernel splits its work over *independent outputs* only, so results are the same bits
 // for any thread count; this helper just hands out contiguous ranges.
 #pragma once
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 
 namespace ops {
 
@@ -11,5 +15,22 @@ namespace ops {
 // [n*t/P, n*(t+1)/P). P = min(num_threads(), ceil(n / grain)), so small jobs run inline
 // on the calling thread; the other pieces run on that thread's persistent worker pool.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// A rank of a pipeline run as threads waits for a message: cv.wait_until(lock, deadline), except
+// that while it waits (lend) it runs pieces of the parallel_for jobs other one-thread ranks offer
+// (threads.cpp). Returns true once the deadline has passed; like any wait it may return early, so
+// the caller looks at what it waits for again.
+bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                  std::chrono::steady_clock::time_point deadline, bool lend);
+// False when PIPETRAIN_LEND=0 (then wait_lending only waits); throws on a value other than 0 or 1.
+bool lending_on();
+
+// The calling thread's pieces so far: of its jobs, run by waiting ranks; of other ranks' jobs, run
+// while it waited, and the seconds they took (train's per-rank line: "ran others' pieces").
+struct LentWork {
+    int64_t given = 0, taken = 0;
+    double taken_s = 0;
+};
+LentWork lent_work();
 
 }  // namespace ops

@@ -6,20 +6,30 @@
 // workers) watches for 200 µs: a step runs thousands of jobs, often microseconds apart, and each
 // sleep and wake goes through the kernel. Measured on 2 cores, --threads 2 against sleeping at
 // once: tiny's step 1.2x as fast, small's 1.05x, GEMMs up to 1.18x (20 µs gave less, 200 the most).
+// Below the pool, the lending of idle cores between pipeline ranks run as threads (wait_lending).
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace ops {
 
 namespace {
+
+thread_local int tl_num_threads = 1;
+thread_local bool tl_inside_parallel = false;  // a nested parallel_for runs inline, never deadlocks
+thread_local LentWork tl_lent;                 // this thread's pieces given and taken (lent_work)
 
 class WorkerPool {
 public:
@@ -58,6 +68,7 @@ private:
         return nullptr;
     }
 
+public:
     // Polls `ready` for up to kWatch before the caller sleeps on a condition variable (which it
     // still does: this only saves the sleep where the wait is short).
     template <class Ready>
@@ -71,6 +82,7 @@ private:
         }
     }
 
+private:
     void resize(int count) {
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -87,6 +99,7 @@ private:
     }
 
     void work(int piece, uint64_t seen) {
+        tl_inside_parallel = true;   // a worker only runs pieces: a parallel_for in one runs inline
         for (;;) {
             watch([&] { return generation_.load(std::memory_order_acquire) != seen; });
             std::unique_lock<std::mutex> lock(mu_);
@@ -118,23 +131,161 @@ private:
     bool stop_ = false;
 };
 
-thread_local int tl_num_threads = 1;
-thread_local bool tl_inside_parallel = false;  // a nested parallel_for runs inline, never deadlocks
+
+// ---- idle ranks lend their core -------------------------------------------------------------
+// Pipeline stages as threads run their kernels on one thread each, and a stage waiting for a
+// message leaves its core idle (the bubble, and the lighter stage of an uneven split). While a rank
+// waits in wait_lending, a one-thread rank's parallel_for cuts its job in pieces and offers them;
+// the waiting rank runs one, then looks at its messages again. Every kernel gives the same bits for
+// any cut (parallel.hpp), so this moves work, never changes a result.
+struct Job {   // a job's pieces, offered to waiting ranks; the owner runs whatever nobody took
+    const std::function<void(int64_t, int64_t)>* fn;
+    int64_t n;
+    int parts;
+    std::atomic<int> next{0}, done{0};   // the next piece to take; pieces finished
+    std::mutex mu;
+    std::condition_variable finished;
+    std::exception_ptr error;   // the first piece's failure, under mu
+
+    void run(int piece) {   // on the thread that took it
+        const bool outer = tl_inside_parallel;
+        tl_inside_parallel = true;   // a parallel_for inside the piece runs inline
+        std::exception_ptr e;
+        try {
+            (*fn)(n * piece / parts, n * (piece + 1) / parts);
+        } catch (...) {
+            e = std::current_exception();
+        }
+        tl_inside_parallel = outer;
+        std::lock_guard<std::mutex> lock(mu);
+        if (e && !error) error = e;
+        if (++done == parts) finished.notify_all();
+    }
+};
+
+struct Board {   // the process's offered jobs and its waiting ranks
+    std::mutex mu;
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::condition_variable*> waiting;   // each waiting rank's wake-up (under mu)
+    std::atomic<int> idle{0};                        // waiting.size(), read without mu
+    std::atomic<int> ranks{0};                       // threads that ever waited here, still alive
+};
+Board& board() {
+    static Board b;
+    return b;
+}
+
+// A rank thread counts itself in board().ranks from its first wait to its end.
+struct RankThread {
+    RankThread() { board().ranks++; }
+    ~RankThread() { board().ranks--; }
+};
+
+// Pieces for waiting ranks only while no more rank threads than cores exist: oversubscribed (4
+// stages on 2 cores), a waiting rank has no idle core to lend, and the owner would wait for a piece
+// whose thread is not running (bench_pipeline, 4 stages: 1.39-1.53x one stage instead of 1.50-1.72x).
+int lendable() {
+    static const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    const Board& b = board();
+    return b.ranks.load(std::memory_order_relaxed) <= cores ? b.idle.load(std::memory_order_relaxed) : 0;
+}
+
+// The owner's side: offers pieces 1.. , runs piece 0 and every piece nobody took, and returns once
+// all are done (a helper may still run one: fn lives in the caller's frame).
+void run_lent(int64_t n, int parts, const std::function<void(int64_t, int64_t)>& fn) {
+    auto job = std::make_shared<Job>();
+    job->fn = &fn, job->n = n, job->parts = parts;
+    Board& b = board();
+    {
+        std::lock_guard<std::mutex> lock(b.mu);
+        b.jobs.push_back(job);
+        for (std::condition_variable* cv : b.waiting) cv->notify_all();
+    }
+    int mine = 0;
+    for (int p; (p = job->next.fetch_add(1)) < parts; mine++) job->run(p);
+    tl_lent.given += parts - mine;
+    {
+        std::lock_guard<std::mutex> lock(b.mu);
+        auto it = std::find(b.jobs.begin(), b.jobs.end(), job);
+        if (it != b.jobs.end()) b.jobs.erase(it);
+    }
+    WorkerPool::watch([&] { return job->done.load(std::memory_order_acquire) == parts; });   // a helper's piece is often nearly done
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->finished.wait(lock, [&] { return job->done == parts; });
+    if (job->error) std::rethrow_exception(job->error);
+}
 
 }  // namespace
 
 void set_num_threads(int n) { tl_num_threads = n < 1 ? 1 : n; }
-int num_threads() { return tl_num_threads; }
+// A one-thread rank counts the waiting ranks too: a GEMM then cuts its blocks for them.
+int num_threads() {
+    if (tl_num_threads > 1 || tl_inside_parallel) return tl_num_threads;
+    return 1 + lendable();
+}
+
+LentWork lent_work() { return tl_lent; }
+
+// PIPETRAIN_LEND=0 keeps each rank on its own core, as separate devices would be (to compare a run
+// with pp::simulate, which knows no lending); unset or 1 lends. Anything else is an error.
+bool lending_on() {
+    static const bool on = [] {
+        const char* v = std::getenv("PIPETRAIN_LEND");
+        if (!v || std::string(v) == "1") return true;
+        if (std::string(v) == "0") return false;
+        throw std::runtime_error(std::string("PIPETRAIN_LEND: expected 0 or 1, got \"") + v + "\"");
+    }();
+    return on;
+}
+
+bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                  std::chrono::steady_clock::time_point deadline, bool lend) {
+    lend = lend && lending_on();
+    if (lend) {
+        static thread_local RankThread counted;   // from this rank thread's first wait to its end
+    }
+    Board& b = board();
+    std::shared_ptr<Job> job;
+    if (lend) {
+        std::lock_guard<std::mutex> g(b.mu);
+        for (const auto& j : b.jobs)
+            if (j->next.load() < j->parts) job = j;
+        if (!job) b.waiting.push_back(&cv), b.idle++;
+    }
+    if (job) {   // a piece of another rank's job, then the caller looks at its messages again
+        lock.unlock();
+        const int p = job->next.fetch_add(1);
+        if (p < job->parts) {
+            const auto t0 = std::chrono::steady_clock::now();
+            job->run(p);
+            tl_lent.taken++;
+            tl_lent.taken_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        lock.lock();
+        return false;
+    }
+    // The owner notifies without the caller's mutex, so a job offered just before this wait may
+    // go unseen: wake at least every millisecond to look.
+    const auto until = lend ? std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)) : deadline;
+    cv.wait_until(lock, until);
+    if (lend) {
+        std::lock_guard<std::mutex> g(b.mu);
+        auto it = std::find(b.waiting.begin(), b.waiting.end(), &cv);   // there: this call put it there
+        if (it != b.waiting.end()) b.waiting.erase(it), b.idle--;
+    }
+    return std::chrono::steady_clock::now() >= deadline;
+}
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     int64_t parts = (n + grain - 1) / grain;
-    if (parts > tl_num_threads) parts = tl_num_threads;
+    if (parts > num_threads()) parts = num_threads();
     if (parts <= 1 || tl_inside_parallel) {
         fn(0, n);
         return;
     }
+    if (tl_num_threads == 1) return run_lent(n, int(parts), fn);   // pieces for waiting ranks
     thread_local WorkerPool pool;
     tl_inside_parallel = true;
     try {

@@ -47,6 +47,7 @@ struct RankStep {
     double comm_min_us = 0;  // the shortest group: about one transfer that did not wait
     double groups = 0;       // how many send/recv groups
     double stash_bytes = 0, stashes = 0;   // peaks (TransformerStage)
+    double lent_us = 0;      // of its waiting, running pieces of other ranks' kernels (kernels/cpu/threads.cpp)
 };
 
 struct StepRecord {

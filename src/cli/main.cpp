@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/parallel.hpp"
 #include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
 #include "src/formats/checkpoint.hpp"
@@ -85,7 +86,9 @@ const char* kUsage =
     "             (pipetrain_manifest.json: each file's size and SHA-256); a checkpoint (trainer_state.json)\n"
     "             without one is refused unless it is given\n"
     "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command;\n"
-    "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best)\n";
+    "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best);\n"
+    "             PIPETRAIN_LEND=0 keeps each pipeline rank run as a thread on its own core (default 1: a\n"
+    "             waiting rank runs pieces of the others' CPU kernels)\n";
 
 // `pipetrain CMD --help`: CMD's lines of kUsage (its own and the indented ones continuing it), the
 // first one as "usage: pipetrain CMD ...".
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
         if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("%s", usage_of(cmd).c_str()), 0;
     try {
         const auto t0 = std::chrono::steady_clock::now();
+        ops::lending_on();   // a bad PIPETRAIN_LEND fails here, before any work
         int rc = run(cmd, args, argv[0]);
         if (pt::op_profiling()) print_op_profile(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         return rc;

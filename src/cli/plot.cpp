@@ -41,7 +41,8 @@ namespace pt {
 //   bubble      1 - (compute of all ranks) / (P * slowest rank's step time), replica 0
 //   ranks       one object per pipeline rank of replica 0: busy_us (F, B, BI, BW), wait_us (in
 //               send/recv groups: waiting plus transfer), span_us (the step's wall time),
-//               peak_stash_bytes, peak_stashes
+//               peak_stash_bytes, peak_stashes, lent_us (of its waiting, the time it ran pieces of
+//               other ranks' kernels: ranks as threads on the CPU, kernels/cpu/threads.cpp)
 //   eval        on steps with an evaluation (--eval-every, and the last step): {loss, accuracy}
 //               for a classifier, {loss, ppl} for a language model
 
@@ -52,7 +53,7 @@ nlohmann::json record_json(const StepRecord& r) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankStep& k : r.ranks)
         ranks.push_back({{"busy_us", us(k.busy_us)}, {"wait_us", us(k.comm_us)}, {"span_us", us(k.span_us)},
-                         {"peak_stash_bytes", k.stash_bytes}, {"peak_stashes", int(k.stashes)}});
+                         {"peak_stash_bytes", k.stash_bytes}, {"peak_stashes", int(k.stashes)}, {"lent_us", us(k.lent_us)}});
     auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"step", r.step}, {"loss", finite(r.loss)}, {"lr", r.lr}, {"grad_norm", finite(r.grad_norm)},
                         {"tok_per_s", r.tok_per_s}, {"bubble", r.bubble}, {"ranks", ranks}};
@@ -246,10 +247,13 @@ std::string rank_time_report(const std::vector<RankStep>& ranks) {
         double idle = std::max(0.0, k.span_us - k.busy_us - k.comm_us);
         std::snprintf(line, sizeof line,
                       "  rank %zu: compute %.2f ms | waiting %.2f ms | transfer %.2f ms (%d groups) | idle %.2f ms | "
-                      "bubble %.1f%%\n",
+                      "bubble %.1f%%",
                       r, k.busy_us / 1e3, wait / 1e3, transfer / 1e3, int(k.groups), idle / 1e3,
                       k.span_us > 0 ? 100 * (1 - k.busy_us / k.span_us) : 0.0);
         out += line;
+        // A rank run as a thread lends its core while it waits (kernels/cpu/threads.cpp).
+        if (k.lent_us > 0) std::snprintf(line, sizeof line, " | lent: ran other ranks' kernel pieces %.2f ms", k.lent_us / 1e3), out += line;
+        out += "\n";
     }
     return out;
 }

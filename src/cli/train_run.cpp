@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/ops.hpp"
 #include "pipeline_lab.hpp"
 #include "src/formats/checkpoint.hpp"
@@ -45,7 +46,7 @@ double lr_at(int step, int steps, int warmup, double lr) {
     return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
-constexpr int kSlots = 7;   // per rank in the step's reduction (step_slots)
+constexpr int kSlots = 8;   // per rank in the step's reduction (step_slots)
 
 // Rank 0: the step line, from the numbers every rank put in its slots of the step's reduction.
 void print_step(TrainRun& w, int step, double loss, float lr, double norm, const std::vector<double>& slots, double elapsed) {
@@ -58,7 +59,7 @@ void print_step(TrainRun& w, int step, double loss, float lr, double norm, const
         busy += k[0], worst_span = std::max(worst_span, k[1]);
         w.peak_stash[p] = k[2], w.peak_stashes[p] = int(k[3]);
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
-        w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3]});
+        w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3], k[7]});
     }
     double bubble = bubble_fraction(busy, w.P, worst_span);
     double tok_s = double(step + 1 - w.start_step) * s.B * s.T / std::max(elapsed, 1e-9);
@@ -119,7 +120,7 @@ double signal_weight() { return interrupt_signal() == SIGTERM ? kTermWeight : in
 // value, exactly): busy µs, span µs, peak stash bytes, stashes, and for metrics.jsonl µs in
 // send/recv groups, the shortest group's µs and the number of groups.
 std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span,
-                               const TransformerStage& stage) {
+                               const TransformerStage& stage, double lent_us) {
     std::vector<double> slots(1 + kSlots * size_t(ranks), 0.0);
     // Summed over the ranks: a SIGINT counts 1, a SIGTERM kTermWeight, so every rank can tell from
     // the sum which signals arrived anywhere, and all exit with the same code (agreed_signal).
@@ -132,6 +133,7 @@ std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>
     k[1] = span;
     k[2] = double(stage.peak_stash_bytes());
     k[3] = stage.peak_stashes();
+    k[7] = lent_us;
     return slots;
 }
 
@@ -160,7 +162,10 @@ StepOutcome take_step(TrainRun& w, pp::Pipeline& pipe, pp::Comm& comm, Transform
     int rank = at.d * w.P + at.p;
     StepHooks hooks;
     hooks.start = [&] { return w.origin; };   // one time axis for all ranks, so the trace shows sends before receives
-    hooks.after_schedule = [&](double span) { slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage); };
+    const double lent0 = ops::lent_work().taken_s;   // this thread's, up to now
+    hooks.after_schedule = [&](double span) {
+        slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage, (ops::lent_work().taken_s - lent0) * 1e6);
+    };
     hooks.shared = &slots;
     hooks.after_grads = [&] {
         if (!w.dump_grads.empty() && step == 0) dump_gradients(w, comm, rank);

@@ -41,7 +41,8 @@ for _ in $(seq "$rounds"); do
     [ "$across" = 1 ] && [ $two_hosts = 0 ] && continue
     launch=(); comm=(); [ "$across" = 1 ] && launch=(netns) comm=(--comm mpi)
     # shellcheck disable=SC2086
-    "${launch[@]}" $pt train $flags "${comm[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
+    # PIPETRAIN_LEND=0: each rank keeps to its own core, as on its own node (the predictor's premise)
+    PIPETRAIN_LEND=0 "${launch[@]}" $pt train $flags "${comm[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
       --overwrite >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
     v=$(steady_ms "$tmp/log" 2048)
     measured[$name]=$(awk -v a="${measured[$name]:-1e30}" -v b="$v" 'BEGIN { print (b < a ? b : a) }')
@@ -92,7 +93,8 @@ EOF
   echo "\`pipetrain schedule --predict FLAGS --measured --ranks-per-node 1 --links L,L\`: the layers timed"
   echo "here one by one, each rank on its own node, L the link \`pipetrain bench-link\` measured between the"
   echo "two ranks (latency µs, bandwidth GB/s). Measured: \`pipetrain train FLAGS\` (\`small\`, batch 16 × seq"
-  echo "128, dropout 0), $steps steady steps, the best of $rounds runs; across the two network namespaces of"
+  echo "128, dropout 0, \\`PIPETRAIN_LEND=0\\`: no rank runs another's kernels while it waits, as on nodes of"
+  echo "their own), $steps steady steps, the best of $rounds runs; across the two network namespaces of"
   echo "\`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so."
   echo
   echo "| the two ranks | link (µs, GB/s) | measured ms a step | predicted ms | predicted / measured |"

@@ -93,7 +93,7 @@ EOF
   echo "\`pipetrain schedule --predict FLAGS --measured --ranks-per-node 1 --links L,L\`: the layers timed"
   echo "here one by one, each rank on its own node, L the link \`pipetrain bench-link\` measured between the"
   echo "two ranks (latency µs, bandwidth GB/s). Measured: \`pipetrain train FLAGS\` (\`small\`, batch 16 × seq"
-  echo "128, dropout 0, \\`PIPETRAIN_LEND=0\\`: no rank runs another's kernels while it waits, as on nodes of"
+  echo "128, dropout 0, \`PIPETRAIN_LEND=0\`: no rank runs another's kernels while it waits, as on nodes of"
   echo "their own), $steps steady steps, the best of $rounds runs; across the two network namespaces of"
   echo "\`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so."
   echo

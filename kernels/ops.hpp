@@ -21,8 +21,8 @@
 namespace ops {
 
 // ---- intra-op threading ------------------------------------------------------------------
-// The count is per calling thread (thread_local): a single-stage run may use --threads T,
-// while pipeline stages, which are threads themselves, keep the default of 1.
+// The count is per calling thread (thread_local): a single-stage run may use --threads T, while
+// pipeline stages, threads themselves, keep 1 and count waiting stages too (cpu/threads.cpp).
 void set_num_threads(int n);
 int num_threads();
 

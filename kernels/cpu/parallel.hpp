@@ -26,7 +26,7 @@ bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& c
 bool lending_on();
 
 // The calling thread's pieces so far: of its jobs, run by waiting ranks; of other ranks' jobs, run
-// while it waited, and the seconds they took (train's per-rank line: "ran others' pieces").
+// while it waited, and the seconds they took (train's per-rank line: "lent: ...").
 struct LentWork {
     int64_t given = 0, taken = 0;
     double taken_s = 0;

@@ -209,7 +209,8 @@ void run_lent(int64_t n, int parts, const std::function<void(int64_t, int64_t)>&
         auto it = std::find(b.jobs.begin(), b.jobs.end(), job);
         if (it != b.jobs.end()) b.jobs.erase(it);
     }
-    WorkerPool::watch([&] { return job->done.load(std::memory_order_acquire) == parts; });   // a helper's piece is often nearly done
+    // A helper's piece is often nearly done: watch before sleeping, as the pool does.
+    WorkerPool::watch([&] { return job->done.load(std::memory_order_acquire) == parts; });
     std::unique_lock<std::mutex> lock(job->mu);
     job->finished.wait(lock, [&] { return job->done == parts; });
     if (job->error) std::rethrow_exception(job->error);
@@ -266,7 +267,8 @@ bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& c
     }
     // The owner notifies without the caller's mutex, so a job offered just before this wait may
     // go unseen: wake at least every millisecond to look.
-    const auto until = lend ? std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)) : deadline;
+    const auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    const auto until = lend ? std::min(deadline, soon) : deadline;
     cv.wait_until(lock, until);
     if (lend) {
         std::lock_guard<std::mutex> g(b.mu);

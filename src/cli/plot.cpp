@@ -53,7 +53,8 @@ nlohmann::json record_json(const StepRecord& r) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankStep& k : r.ranks)
         ranks.push_back({{"busy_us", us(k.busy_us)}, {"wait_us", us(k.comm_us)}, {"span_us", us(k.span_us)},
-                         {"peak_stash_bytes", k.stash_bytes}, {"peak_stashes", int(k.stashes)}, {"lent_us", us(k.lent_us)}});
+                         {"peak_stash_bytes", k.stash_bytes}, {"peak_stashes", int(k.stashes)},
+                         {"lent_us", us(k.lent_us)}});
     auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"step", r.step}, {"loss", finite(r.loss)}, {"lr", r.lr}, {"grad_norm", finite(r.grad_norm)},
                         {"tok_per_s", r.tok_per_s}, {"bubble", r.bubble}, {"ranks", ranks}};
@@ -252,7 +253,10 @@ std::string rank_time_report(const std::vector<RankStep>& ranks) {
                       k.span_us > 0 ? 100 * (1 - k.busy_us / k.span_us) : 0.0);
         out += line;
         // A rank run as a thread lends its core while it waits (kernels/cpu/threads.cpp).
-        if (k.lent_us > 0) std::snprintf(line, sizeof line, " | lent: ran other ranks' kernel pieces %.2f ms", k.lent_us / 1e3), out += line;
+        if (k.lent_us > 0) {
+            std::snprintf(line, sizeof line, " | lent: ran other ranks' kernel pieces %.2f ms", k.lent_us / 1e3);
+            out += line;
+        }
         out += "\n";
     }
     return out;

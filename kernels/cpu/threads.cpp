@@ -57,7 +57,7 @@ public:
         if (error) std::rethrow_exception(error);
     }
 
-private:
+    // Runs fn on [begin, end) and returns its exception, if any (workers and lent pieces alike).
     static std::exception_ptr run_piece(const std::function<void(int64_t, int64_t)>& fn,
                                         int64_t begin, int64_t end) {
         try {
@@ -68,7 +68,6 @@ private:
         return nullptr;
     }
 
-public:
     // Polls `ready` for up to kWatch before the caller sleeps on a condition variable (which it
     // still does: this only saves the sleep where the wait is short).
     template <class Ready>
@@ -131,7 +130,6 @@ private:
     bool stop_ = false;
 };
 
-
 // ---- idle ranks lend their core -------------------------------------------------------------
 // Pipeline stages as threads run their kernels on one thread each, and a stage waiting for a
 // message leaves its core idle (the bubble, and the lighter stage of an uneven split). While a rank
@@ -150,12 +148,7 @@ struct Job {   // a job's pieces, offered to waiting ranks; the owner runs whate
     void run(int piece) {   // on the thread that took it
         const bool outer = tl_inside_parallel;
         tl_inside_parallel = true;   // a parallel_for inside the piece runs inline
-        std::exception_ptr e;
-        try {
-            (*fn)(n * piece / parts, n * (piece + 1) / parts);
-        } catch (...) {
-            e = std::current_exception();
-        }
+        std::exception_ptr e = WorkerPool::run_piece(*fn, n * piece / parts, n * (piece + 1) / parts);
         tl_inside_parallel = outer;
         std::lock_guard<std::mutex> lock(mu);
         if (e && !error) error = e;
@@ -241,13 +234,14 @@ bool lending_on() {
 
 bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                   std::chrono::steady_clock::time_point deadline, bool lend) {
-    lend = lend && lending_on();
-    if (lend) {
-        static thread_local RankThread counted;   // from this rank thread's first wait to its end
+    if (!lend || !lending_on()) {
+        cv.wait_until(lock, deadline);
+        return std::chrono::steady_clock::now() >= deadline;
     }
+    static thread_local RankThread counted;   // from this rank thread's first wait to its end
     Board& b = board();
     std::shared_ptr<Job> job;
-    if (lend) {
+    {
         std::lock_guard<std::mutex> g(b.mu);
         for (const auto& j : b.jobs)
             if (j->next.load() < j->parts) job = j;
@@ -267,10 +261,8 @@ bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& c
     }
     // The owner notifies without the caller's mutex, so a job offered just before this wait may
     // go unseen: wake at least every millisecond to look.
-    const auto soon = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-    const auto until = lend ? std::min(deadline, soon) : deadline;
-    cv.wait_until(lock, until);
-    if (lend) {
+    cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
+    {
         std::lock_guard<std::mutex> g(b.mu);
         auto it = std::find(b.waiting.begin(), b.waiting.end(), &cv);   // there: this call put it there
         if (it != b.waiting.end()) b.waiting.erase(it), b.idle--;
@@ -281,8 +273,8 @@ bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& c
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
-    int64_t parts = (n + grain - 1) / grain;
-    if (parts > num_threads()) parts = num_threads();
+    const int64_t threads = num_threads();   // once: the waiting ranks it counts may change
+    int64_t parts = std::min((n + grain - 1) / grain, threads);
     if (parts <= 1 || tl_inside_parallel) {
         fn(0, n);
         return;

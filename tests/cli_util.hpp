@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace test {
 
@@ -40,11 +43,30 @@ inline std::string read_file(const std::string& path) {
     return ss.str();
 }
 
-// A fresh empty directory under the system temp dir, unique per process and name.
+// The directories temp_dir made, removed when the test program exits: a full ctest run writes
+// gigabytes there (checkpoints, the browser folder). PIPETRAIN_KEEP_TEST_DIRS=1 keeps them, to look
+// into a failure. Each entry names the process that made it, so a forked child that exits through
+// exit() removes its own directories and never its parent's.
+struct TempDirs {
+    std::vector<std::pair<pid_t, std::filesystem::path>> made;
+    ~TempDirs() {
+        if (std::getenv("PIPETRAIN_KEEP_TEST_DIRS")) return;
+        std::error_code ec;   // best effort: a directory that cannot be removed is left, never an error
+        for (auto& [pid, dir] : made)
+            if (pid == getpid()) std::filesystem::remove_all(dir, ec);
+    }
+};
+inline TempDirs& temp_dirs() {
+    static TempDirs dirs;
+    return dirs;
+}
+
+// A fresh empty directory under the system temp dir, unique per process and name, removed at exit.
 inline std::string temp_dir(const std::string& name) {
     auto d = std::filesystem::temp_directory_path() / ("pipetrain_test_" + std::to_string(getpid()) + "_" + name);
     std::filesystem::remove_all(d);
     std::filesystem::create_directories(d);
+    temp_dirs().made.emplace_back(getpid(), d);
     return d.string();
 }
 

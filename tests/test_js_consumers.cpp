@@ -364,6 +364,9 @@ int main(int argc, char** argv) {
         std::printf("skipped: tests/js/node_modules is not installed (scripts/setup.sh runs npm ci --ignore-scripts there)\n");
         return 77;
     }
+    // node (an empty mat-debug-<pid>.log per run) and chromium (org.chromium.Chromium.*) leave files
+    // in TMPDIR; give them one that temp_dir removes when this program exits.
+    setenv("TMPDIR", test::temp_dir("consumers_tmpdir").c_str(), 1);
     doctest::Context ctx(argc, argv);
     return ctx.run();
 }

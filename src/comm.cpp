@@ -79,8 +79,9 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
     auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(int64_t(world_.timeout_s_ * 1e6));
     std::unique_lock<std::mutex> lock(world_.mutex_);
     auto gone = [&] { return world_.aborted_ || (channel == 2 && sums_cancelled_); };
+    ops::Lender lender(world_.cv_, channel < 2);   // its core runs other ranks' pieces meanwhile
     while (queue.empty() && !gone())
-        if (ops::wait_lending(lock, world_.cv_, deadline, channel < 2) && queue.empty() && !gone()) {
+        if (lender.wait(lock, deadline) && queue.empty() && !gone()) {
             char secs[32];
             std::snprintf(secs, sizeof secs, "%g", world_.timeout_s_);
             throw std::runtime_error(who + " timed out after " + secs + " s (waiting for " + tag_text(tag) + ")");
@@ -88,8 +89,7 @@ void ThreadComm::take(int channel, void* data, std::size_t bytes, int peer, int 
     if (gone()) throw std::runtime_error(world_.aborted_ ? "aborted: " + world_.why_ : who + ": the rank ended mid-sum");
     ThreadWorld::Message m = std::move(queue.front());
     queue.pop_front();
-    if (m.tag != tag)
-        throw std::runtime_error(who + ": expected " + tag_text(tag) + " but got " + tag_text(m.tag));
+    if (m.tag != tag) throw std::runtime_error(who + ": expected " + tag_text(tag) + " but got " + tag_text(m.tag));
     if (m.bytes.size() != bytes)
         throw std::runtime_error(who + ": " + tag_text(tag) + " has " + std::to_string(m.bytes.size()) +
                                  " bytes, the receive buffer " + std::to_string(bytes));

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <map>
 #include <string>
 #include <vector>
+#include <thread>
 
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/ops.hpp"
@@ -384,6 +386,40 @@ TEST_CASE("a waiting rank runs pieces of another rank's kernels, and the bits do
     CHECK(lent1.taken_s > 0);
     CHECK(lent0.taken == 0);
     CHECK(differ == 0);
+}
+
+TEST_CASE("a waiting rank counts as a helper for its whole receive, also while it runs a piece") {
+    // Each job of rank 0 must be cut for rank 1 as long as rank 1 waits: not only when rank 1 happens
+    // to be asleep in its wait at the moment rank 0 cuts, which left about a third of its wait unlent.
+    ThreadWorld world(2, 30.0);
+    int jobs = 0, cut = 0;
+    ops::LentWork lent1;
+    run_ranks(world, [&](int r) {
+        ThreadComm comm(world, r);
+        char c = 0;
+        if (r == 1) {
+            comm.recv(&c, 1, 0, 7);
+            lent1 = ops::lent_work();
+            return;
+        }
+        ops::set_num_threads(1);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);   // liveness bounds
+        while (ops::num_threads() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        std::atomic<int> started{0};
+        for (; jobs < 1000; jobs++) {   // back to back: the next job is cut as soon as rank 1's piece ends
+            cut += ops::num_threads() == 2;
+            ops::parallel_for(2, 1, [&](int64_t b, int64_t e) {
+                if (e - b == 2) return;   // not cut
+                // Each piece waits for the other to start, so rank 1 runs one piece of every cut job.
+                started++;
+                const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                while (started < 2 * cut && std::chrono::steady_clock::now() < bound) std::this_thread::yield();
+            });
+        }
+        comm.send(&c, 1, 1, 7);
+    });
+    CHECK(cut == jobs);
+    CHECK(lent1.taken == jobs);
 }
 
 TEST_CASE("a Comm without all-reduce or barrier says so when they are called") {

@@ -16,13 +16,27 @@ namespace ops {
 // on the calling thread; the other pieces run on that thread's persistent worker pool.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-// A rank of a pipeline run as threads waits for a message: cv.wait_until(lock, deadline), except
-// that while it waits (lend) it runs pieces of the parallel_for jobs other one-thread ranks offer
-// (threads.cpp). Returns true once the deadline has passed; like any wait it may return early, so
-// the caller looks at what it waits for again.
-bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                  std::chrono::steady_clock::time_point deadline, bool lend);
-// False when PIPETRAIN_LEND=0 (then wait_lending only waits); throws on a value other than 0 or 1.
+// A rank of a pipeline run as threads waiting for a message (src/comm.cpp's receive) lends its core:
+// from its first wait() to the end of the receive it counts as a helper, so the other one-thread
+// ranks' parallel_for cut their jobs in pieces for it, and it runs those pieces while it waits
+// (threads.cpp). It stays counted while it runs a piece: the owner waits for that piece before its
+// next job, so by then this rank is free again.
+class Lender {
+ public:
+    Lender(std::condition_variable& cv, bool lend) : cv_(cv), lend_(lend) {}
+    ~Lender();
+    Lender(const Lender&) = delete;
+    Lender& operator=(const Lender&) = delete;
+    // Runs one offered piece, or cv.wait_until(lock, deadline) for at most a millisecond. Returns
+    // true once the deadline has passed; like any wait it may return early, so the caller looks at
+    // what it waits for again.
+    bool wait(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
+
+ private:
+    std::condition_variable& cv_;
+    bool lend_, counted_ = false;
+};
+// False when PIPETRAIN_LEND=0 (then a Lender only waits); throws on a value other than 0 or 1.
 bool lending_on();
 
 // The calling thread's pieces so far: of its jobs, run by waiting ranks; of other ranks' jobs, run

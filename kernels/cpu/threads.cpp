@@ -6,7 +6,7 @@
 // workers) watches for 200 µs: a step runs thousands of jobs, often microseconds apart, and each
 // sleep and wake goes through the kernel. Measured on 2 cores, --threads 2 against sleeping at
 // once: tiny's step 1.2x as fast, small's 1.05x, GEMMs up to 1.18x (20 µs gave less, 200 the most).
-// Below the pool, the lending of idle cores between pipeline ranks run as threads (wait_lending).
+// Below the pool, the lending of idle cores between pipeline ranks run as threads (Lender).
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
 
@@ -133,7 +133,7 @@ private:
 // ---- idle ranks lend their core -------------------------------------------------------------
 // Pipeline stages as threads run their kernels on one thread each, and a stage waiting for a
 // message leaves its core idle (the bubble, and the lighter stage of an uneven split). While a rank
-// waits in wait_lending, a one-thread rank's parallel_for cuts its job in pieces and offers them;
+// waits in a Lender, a one-thread rank's parallel_for cuts its job in pieces and offers them;
 // the waiting rank runs one, then looks at its messages again. Every kernel gives the same bits for
 // any cut (parallel.hpp), so this moves work, never changes a result.
 struct Job {   // a job's pieces, offered to waiting ranks; the owner runs whatever nobody took
@@ -232,10 +232,16 @@ bool lending_on() {
     return on;
 }
 
-bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                  std::chrono::steady_clock::time_point deadline, bool lend) {
-    if (!lend || !lending_on()) {
-        cv.wait_until(lock, deadline);
+Lender::~Lender() {
+    if (!counted_) return;
+    Board& b = board();
+    std::lock_guard<std::mutex> g(b.mu);
+    b.waiting.erase(std::find(b.waiting.begin(), b.waiting.end(), &cv_)), b.idle--;
+}
+
+bool Lender::wait(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
+    if (!lend_ || !lending_on()) {
+        cv_.wait_until(lock, deadline);
         return std::chrono::steady_clock::now() >= deadline;
     }
     static thread_local RankThread counted;   // from this rank thread's first wait to its end
@@ -243,9 +249,9 @@ bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& c
     std::shared_ptr<Job> job;
     {
         std::lock_guard<std::mutex> g(b.mu);
+        if (!counted_) b.waiting.push_back(&cv_), b.idle++, counted_ = true;
         for (const auto& j : b.jobs)
             if (j->next.load() < j->parts) job = j;
-        if (!job) b.waiting.push_back(&cv), b.idle++;
     }
     if (job) {   // a piece of another rank's job, then the caller looks at its messages again
         lock.unlock();
@@ -261,12 +267,7 @@ bool wait_lending(std::unique_lock<std::mutex>& lock, std::condition_variable& c
     }
     // The owner notifies without the caller's mutex, so a job offered just before this wait may
     // go unseen: wake at least every millisecond to look.
-    cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
-    {
-        std::lock_guard<std::mutex> g(b.mu);
-        auto it = std::find(b.waiting.begin(), b.waiting.end(), &cv);   // there: this call put it there
-        if (it != b.waiting.end()) b.waiting.erase(it), b.idle--;
-    }
+    cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
     return std::chrono::steady_clock::now() >= deadline;
 }
 

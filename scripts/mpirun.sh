@@ -3,6 +3,7 @@
 # `mpirun -np NP PROGRAM ARGS...` plus what Open MPI needs here and MPICH does not:
 #   * as root, Open MPI refuses to start without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1;
 #   * more ranks than cores (a laptop lab, CI) needs --oversubscribe;
+#   * --bind-to none: a rank bound to one core cannot lend it to the others while it waits;
 #   * where the kernel forbids one process to read another's memory (a container's seccomp,
 #     Yama's ptrace_scope), its shared-memory transport's single copy (CMA) fails at the first
 #     large message: scripts/cma_probe.py asks the kernel, and only then is
@@ -30,6 +31,9 @@ if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
   if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && ! "$(dirname "$0")/cma_probe.py" 2>/dev/null; then
     export OMPI_MCA_btl_vader_single_copy_mechanism=none
   fi
-  extra+=(--oversubscribe)
+  # Open MPI binds each rank to one core by default; a rank waiting for a message then cannot lend
+  # its core to the other ranks' kernels (kernels/cpu/threads.cpp). small's 2-stage pipeline on 2
+  # cores: 3,400-3,530 tok/s bound, 3,800-3,910 unbound and lending.
+  extra+=(--oversubscribe --bind-to none)
 fi
 exec "$MPIRUN" ${extra[@]+"${extra[@]}"} -np "$np" "$@"

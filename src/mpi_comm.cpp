@@ -48,6 +48,7 @@ void run_mpi_rank(MpiWorld& world, const std::function<void(pp::Comm& comm)>&) {
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <climits>
@@ -55,8 +56,10 @@ void run_mpi_rank(MpiWorld& world, const std::function<void(pp::Comm& comm)>&) {
 #include <cstring>
 #include <exception>
 #include <list>
+#include <new>
 #include <thread>
 
+#include "kernels/cpu/parallel.hpp"
 #include "src/device.hpp"
 #include "src/pairwise.hpp"
 #include "src/watchdog.hpp"
@@ -105,6 +108,8 @@ int count_of(std::size_t bytes, const std::string& who) {
 template <typename Done, typename Timeout>
 void poll_until(double timeout_s, Done done, Timeout timeout) {
     Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    if (done()) return;
+    ops::ProcessWaiting waiting;   // this core is idle meanwhile: the node's other processes may use it
     for (int k = 0; !done(); k++) {
         if (Clock::now() > deadline) timeout();
         if (k < 100) std::this_thread::yield();
@@ -116,6 +121,7 @@ void poll_until(double timeout_s, Done done, Timeout timeout) {
 struct MpiWorld::Comms {
     MPI_Comm p2p = MPI_COMM_NULL;   // the pipeline's sends and receives
     MPI_Comm coll = MPI_COMM_NULL;  // all-reduce, barrier, broadcast
+    MPI_Win waiting = MPI_WIN_NULL;  // the node's count of waiting processes, in shared memory
 };
 
 bool mpi_built() { return true; }
@@ -145,6 +151,23 @@ int launcher_rank() {
     for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
         if (const char* s = std::getenv(v)) return std::atoi(s);
     return 0;
+}
+}  // namespace
+
+namespace {
+// The node's processes share one counter of those that wait (kernels/cpu/parallel.hpp): a waiting
+// process lends its core to the others' kernels. Where MPI offers no shared memory, nobody lends.
+void share_waiting(MPI_Comm node, int local_rank, int local_size, MPI_Win* win) {
+    static_assert(std::atomic<int>::is_always_lock_free, "an atomic in shared memory must not hold a lock");
+    void* base = nullptr;
+    const MPI_Aint bytes = local_rank == 0 ? MPI_Aint(sizeof(std::atomic<int>)) : 0;
+    if (MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node, &base, win) != MPI_SUCCESS) return;
+    MPI_Aint size = 0;
+    int unit = 0;
+    MPI_CHECK(MPI_Win_shared_query(*win, 0, &size, &unit, &base));
+    if (local_rank == 0) new (base) std::atomic<int>(0);
+    MPI_CHECK(MPI_Barrier(node));   // initialised before anyone counts (watched, as all of start)
+    ops::lend_between_processes(static_cast<std::atomic<int>*>(base), local_size);
 }
 }  // namespace
 
@@ -179,6 +202,8 @@ void MpiWorld::start() {
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
     MPI_CHECK(MPI_Comm_size(node, &local_size_));
+    beat("MPI start: the shared counter of waiting processes");
+    share_waiting(node, local_rank_, local_size_, &comms_->waiting);
     MPI_CHECK(MPI_Comm_free(&node));
     beat("MPI start: the communicators");
     for (MPI_Comm* c : {&comms_->p2p, &comms_->coll}) {
@@ -193,6 +218,8 @@ void MpiWorld::start() {
 
 MpiWorld::~MpiWorld() {
     // A destructor must not throw: a failing MPI call here is ignored (the job is ending anyway).
+    ops::lend_between_processes(nullptr, 0);
+    if (comms_->waiting != MPI_WIN_NULL) MPI_Win_free(&comms_->waiting);
     for (MPI_Comm* c : {&comms_->p2p, &comms_->coll})
         if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     MPI_Finalize();

@@ -8,6 +8,8 @@
 //   timeout   rank 1 waits for F3, which rank 0 never sends (it sends F4)
 //   abort     rank 2 aborts while the others wait for it
 //   exit      rank 1 ends (std::_Exit) while the others wait for it;  kill: it SIGKILLs itself
+//   lend      rank 1 waits while rank 0 multiplies on one thread: rank 0's pieces go to its helper
+//             thread (rank 1's idle core), with the bits of a 3-thread product; prints the count
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -22,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/parallel.hpp"
+#include "kernels/ops.hpp"
 #include "src/comm.hpp"
 #include "src/mpi_comm.hpp"
 
@@ -225,11 +229,40 @@ void barrier(pp::Comm& comm) {
     require(first_out >= last_in, "a rank left the barrier " + std::to_string(last_in - first_out) + " s before the last entered");
 }
 
+// Rank 1 waits for a message; meanwhile rank 0, one thread, sees it waiting and gives pieces of its
+// products to its helper thread. Every product must have the bits of a 3-thread one (a cut that
+// does not depend on the lending). Where this machine has one core, nobody may lend: said so.
+void lend(pp::Comm& comm) {
+    char c = 0;
+    if (comm.rank() == 1) return comm.recv(&c, 1, 0, 0);
+    if (comm.rank() != 0) return;
+    const int M = 384, N = 320, K = 256;
+    std::vector<float> A(size_t(M) * K), B(size_t(K) * N), three(size_t(M) * N), C(three.size());
+    for (size_t i = 0; i < A.size(); i++) A[i] = float(int(i * 7919 % 201) - 100) / 64.0f;
+    for (size_t i = 0; i < B.size(); i++) B[i] = float(int(i * 104729 % 199) - 99) / 128.0f;
+    ops::set_num_threads(3);
+    ops::gemm(three.data(), A.data(), B.data(), nullptr, M, N, K, false, false, 1.0f, 0.0f);
+    ops::set_num_threads(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ops::num_threads() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    if (ops::num_threads() < 2) {
+        std::printf("rank 0: nobody lent (%u cores)\n", std::thread::hardware_concurrency());
+    } else {
+        for (int k = 0; k < 20; k++) {
+            std::fill(C.begin(), C.end(), -1.0f);
+            ops::gemm(C.data(), A.data(), B.data(), nullptr, M, N, K, false, false, 1.0f, 0.0f);
+            require(std::memcmp(C.data(), three.data(), C.size() * sizeof(float)) == 0, "a lent product differs");
+        }
+        std::printf("rank 0: gave %lld pieces\n", (long long)ops::lent_work().given);
+    }
+    comm.send(&c, 1, 1, 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: mpi_comm_worker exchange|idle|timeout|abort|exit|kill|late TIMEOUT_S\n");
+        std::fprintf(stderr, "usage: mpi_comm_worker exchange|idle|lend|timeout|abort|exit|kill|late TIMEOUT_S\n");
         return 2;
     }
     const std::string mode = argv[1];
@@ -251,6 +284,8 @@ int main(int argc, char** argv) {
                 barrier(comm);
             } else if (mode == "idle") {
                 idle(comm);
+            } else if (mode == "lend") {
+                lend(comm);
             } else if (mode == "timeout") {
                 if (me == 1) {
                     say("rank 1: receiving F3");

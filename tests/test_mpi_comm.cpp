@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "mpi_util.hpp"
 #include "process_util.hpp"
@@ -81,6 +82,24 @@ TEST_CASE("a rank that waits 2 s for a message burns under 10% of a core meanwhi
     REQUIRE(std::sscanf(job.out.c_str() + at, "rank 1: waited %lf s, CPU %lf s", &wall, &cpu) == 2);
     CHECK(wall > 1.5);
     CHECK(cpu < 0.1 * wall);
+}
+
+// A waiting process lends its core (kernels/cpu/threads.cpp): the other process's one-thread rank
+// gives pieces of its kernels to a helper thread, which may run there, and the bits stay.
+TEST_CASE("a waiting process lends its core to the other's kernels, and the bits do not change") {
+    Job job = launch(2, "lend", 20, 60);
+    INFO("mpirun output:\n" << job.out);
+    REQUIRE(job.code == 0);
+    CHECK(has(job.out, "rank 0: lend ok"));
+    if (std::thread::hardware_concurrency() < 2) {
+        MESSAGE("one core: nobody lends");
+        return;
+    }
+    long long given = 0;
+    size_t at = job.out.find("rank 0: gave ");
+    REQUIRE(at != std::string::npos);
+    REQUIRE(std::sscanf(job.out.c_str() + at, "rank 0: gave %lld pieces", &given) == 1);
+    CHECK(given > 0);
 }
 
 TEST_CASE("a receive that nobody sends times out, naming the rank, the peer and the tag") {

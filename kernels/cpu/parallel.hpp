@@ -3,6 +3,7 @@
 // Every kernel splits its work over *independent outputs* only, so results are the same bits
 // for any thread count; this helper just hands out contiguous ranges.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -39,8 +40,25 @@ class Lender {
 // False when PIPETRAIN_LEND=0 (then a Lender only waits); throws on a value other than 0 or 1.
 bool lending_on();
 
-// The calling thread's pieces so far: of its jobs, run by waiting ranks; of other ranks' jobs, run
-// while it waited, and the seconds they took (train's per-rank line: "lent: ...").
+// MPI processes of one machine lend their cores too, though they cannot run each other's pieces:
+// `waiting` counts the node's processes that wait (in memory they share, set up by MpiWorld), and
+// while it is above 0 a one-thread rank's parallel_for runs its extra pieces on a worker of its own
+// process, which the scheduler puts on the idle core. nullptr turns it off (before MPI_Finalize).
+void lend_between_processes(std::atomic<int>* waiting, int processes_on_node);
+// Counts this process in `waiting` for the waiter's lifetime (MpiComm's waits).
+class ProcessWaiting {
+ public:
+    ProcessWaiting();
+    ~ProcessWaiting();
+    ProcessWaiting(const ProcessWaiting&) = delete;
+    ProcessWaiting& operator=(const ProcessWaiting&) = delete;
+
+ private:
+    std::atomic<int>* counted_;
+};
+
+// The calling thread's pieces so far: of its jobs, run by waiting ranks (or, under MPI, by its worker
+// on a waiting process's core); of other ranks' jobs, run while it waited, and the seconds they took (train's per-rank line: "lent: ...").
 struct LentWork {
     int64_t given = 0, taken = 0;
     double taken_s = 0;

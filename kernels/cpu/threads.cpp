@@ -10,6 +10,8 @@
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -177,10 +179,17 @@ struct RankThread {
 // Pieces for waiting ranks only while no more rank threads than cores exist: oversubscribed (4
 // stages on 2 cores), a waiting rank has no idle core to lend, and the owner would wait for a piece
 // whose thread is not running (bench_pipeline, 4 stages: 1.39-1.53x one stage instead of 1.50-1.72x).
+const int kCores = int(std::max(1u, std::thread::hardware_concurrency()));
+
+// The node's waiting MPI processes (lend_between_processes), set before any kernel runs.
+std::atomic<int>* g_waiting_processes = nullptr;
+int g_processes_on_node = 0;
+
 int lendable() {
-    static const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    if (g_waiting_processes)   // one helper thread (ProcessHelper); oversubscribed, no idle core either
+        return g_processes_on_node <= kCores ? std::min(1, g_waiting_processes->load(std::memory_order_relaxed)) : 0;
     const Board& b = board();
-    return b.ranks.load(std::memory_order_relaxed) <= cores ? b.idle.load(std::memory_order_relaxed) : 0;
+    return b.ranks.load(std::memory_order_relaxed) <= kCores ? b.idle.load(std::memory_order_relaxed) : 0;
 }
 
 // The owner's side: offers pieces 1.. , runs piece 0 and every piece nobody took, and returns once
@@ -207,6 +216,59 @@ void run_lent(int64_t n, int parts, const std::function<void(int64_t, int64_t)>&
     std::unique_lock<std::mutex> lock(job->mu);
     job->finished.wait(lock, [&] { return job->done == parts; });
     if (job->error) std::rethrow_exception(job->error);
+}
+
+// Under MPI the pieces a one-thread rank offers go to one helper thread of its own process, which
+// waits on the board as a waiting rank would; the scheduler runs it on a waiting process's idle core.
+// Taken like any offered piece, so a helper woken late leaves the owner nothing to wait for.
+class ProcessHelper {
+ public:
+    ProcessHelper() : thread_([this] { run(); }) {}
+    ~ProcessHelper() {
+        {
+            std::lock_guard<std::mutex> lock(board().mu);
+            stop_ = true;
+            cv_.notify_all();
+        }
+        thread_.join();
+    }
+
+ private:
+    void run() {
+        tl_inside_parallel = true;   // a parallel_for inside a piece runs inline
+        Board& b = board();
+        std::unique_lock<std::mutex> lock(b.mu);
+        b.waiting.push_back(&cv_);   // run_lent notifies it under b.mu: no offer goes unseen
+        for (;;) {
+            std::shared_ptr<Job> job;
+            cv_.wait(lock, [&] {
+                for (const auto& j : b.jobs)
+                    if (j->next.load() < j->parts) job = j;
+                return stop_ || job;
+            });
+            if (stop_) break;
+            lock.unlock();
+            const int p = job->next.fetch_add(1);
+            if (p < job->parts) job->run(p);
+            lock.lock();
+        }
+        b.waiting.erase(std::find(b.waiting.begin(), b.waiting.end(), &cv_));
+    }
+
+    std::condition_variable cv_;
+    bool stop_ = false;   // under board().mu
+    std::thread thread_;   // last: it starts once the members above exist
+};
+// Ended by lend_between_processes(nullptr) (~MpiWorld). A raw pointer: where a process exits
+// without it, a destructor run after board()'s would touch a destroyed board.
+ProcessHelper* g_helper = nullptr;
+
+// Pinned to one core (mpirun binds each process to a core by default), the helper would only take
+// turns with its owner: lend only where this process may run on more cores than one.
+bool may_use_other_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 1;
 }
 
 }  // namespace
@@ -269,6 +331,21 @@ bool Lender::wait(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock:
     // go unseen: wake at least every millisecond to look.
     cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
     return std::chrono::steady_clock::now() >= deadline;
+}
+
+void lend_between_processes(std::atomic<int>* waiting, int processes_on_node) {
+    delete g_helper;
+    g_helper = nullptr;
+    g_waiting_processes = waiting && lending_on() && may_use_other_cores() ? waiting : nullptr;
+    g_processes_on_node = processes_on_node;
+    if (g_waiting_processes) g_helper = new ProcessHelper;
+}
+
+ProcessWaiting::ProcessWaiting() : counted_(g_waiting_processes) {
+    if (counted_) counted_->fetch_add(1);
+}
+ProcessWaiting::~ProcessWaiting() {
+    if (counted_) counted_->fetch_sub(1);
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -87,8 +87,8 @@ const char* kUsage =
     "             without one is refused unless it is given\n"
     "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command;\n"
     "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best);\n"
-    "             PIPETRAIN_LEND=0 keeps each pipeline rank run as a thread on its own core (default 1: a\n"
-    "             waiting rank runs pieces of the others' CPU kernels)\n";
+    "             PIPETRAIN_LEND=0 keeps each pipeline rank (a thread, or an MPI process) on its own core\n"
+    "             (default 1: a waiting rank's core runs pieces of the others' CPU kernels)\n";
 
 // `pipetrain CMD --help`: CMD's lines of kUsage (its own and the indented ones continuing it), the
 // first one as "usage: pipetrain CMD ...".

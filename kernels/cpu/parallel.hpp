@@ -42,7 +42,7 @@ bool lending_on();
 
 // MPI processes of one machine lend their cores too, though they cannot run each other's pieces:
 // `waiting` counts the node's processes that wait (in memory they share, set up by MpiWorld), and
-// while it is above 0 a one-thread rank's parallel_for runs its extra pieces on a worker of its own
+// while it is above 0 a one-thread rank's parallel_for offers pieces to a helper thread of its own
 // process, which the scheduler puts on the idle core. nullptr turns it off (before MPI_Finalize).
 void lend_between_processes(std::atomic<int>* waiting, int processes_on_node);
 // Counts this process in `waiting` for the waiter's lifetime (MpiComm's waits).
@@ -57,8 +57,9 @@ class ProcessWaiting {
     std::atomic<int>* counted_;
 };
 
-// The calling thread's pieces so far: of its jobs, run by waiting ranks (or, under MPI, by its worker
-// on a waiting process's core); of other ranks' jobs, run while it waited, and the seconds they took (train's per-rank line: "lent: ...").
+// The calling thread's pieces so far: of its jobs, run by waiting ranks (under MPI, by its helper
+// thread on a waiting process's core); of other ranks' jobs, run while it waited, and the seconds
+// they took (train's per-rank line: "lent: ...").
 struct LentWork {
     int64_t given = 0, taken = 0;
     double taken_s = 0;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #ifdef PIPETRAIN_CUDA
 #include <cuda_runtime.h>
@@ -222,6 +223,22 @@ std::vector<OpTime> op_profile() {
         if (g_op_calls[i]) all.push_back({kOpNames[i], g_op_ns[i] * 1e-9, g_op_calls[i].load()});
     std::sort(all.begin(), all.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
     return all;
+}
+
+uint64_t fingerprint(const void* data, size_t bytes) {
+    std::vector<uint32_t> copy;   // a GPU's bytes are read back first
+    if (device_of(data).cuda) copy.resize(bytes / 4), copy_bytes(copy.data(), data, bytes / 4 * 4);
+    const uint32_t* w = copy.empty() ? static_cast<const uint32_t*>(data) : copy.data();
+    // 4 lanes (words 4k, 4k+1, ... to lanes 0, 1, ...): 4 multiply chains run at once. Each step (xor
+    // the word, then multiply by an odd factor) and the lanes' combination are bijections of a lane.
+    constexpr uint64_t kOdd = 0x9E3779B97F4A7C15ull;
+    auto step = [](uint64_t h, uint32_t word) { return ((h << 5 | h >> 59) ^ word) * kOdd; };
+    uint64_t h0 = 1, h1 = 2, h2 = 3, h3 = 4;
+    const size_t n = bytes / 4;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) h0 = step(h0, w[i]), h1 = step(h1, w[i + 1]), h2 = step(h2, w[i + 2]), h3 = step(h3, w[i + 3]);
+    for (; i < n; i++) h0 = step(h0, w[i]);   // the last n % 4 words
+    return (((h0 * kOdd ^ h1) * kOdd ^ h2) * kOdd) ^ h3;
 }
 
 // ---- dev::name for every op of kernels/ops.inc ----------------------------------------------

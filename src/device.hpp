@@ -41,6 +41,9 @@ Device device_of(const void* p);             // where a pointer points (host mem
 // Byte copies in any direction (host or device on either side), queued on this thread's stream.
 // A copy that involves host memory has finished when the call returns.
 void copy_bytes(void* dst, const void* src, size_t bytes);
+// A 64-bit fingerprint of `bytes` bytes (a multiple of 4) on any device. Each 4-byte word steps a
+// bijection of the running value, so two arrays that differ in a single word never share it.
+uint64_t fingerprint(const void* data, size_t bytes);
 
 namespace detail {   // used by Array
 void* alloc(size_t bytes, Device d, void** stream);

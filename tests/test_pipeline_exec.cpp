@@ -19,6 +19,9 @@
 #include "kernels/ops.hpp"
 #include "pipeline_lab.hpp"
 #include "src/comm.hpp"
+#include "src/model.hpp"
+#include "src/stage.hpp"
+#include "src/step.hpp"
 
 using namespace pp;
 using pt::run_ranks;
@@ -420,6 +423,45 @@ TEST_CASE("a waiting rank counts as a helper for its whole receive, also while i
     });
     CHECK(cut == jobs);
     CHECK(lent1.taken == jobs);
+}
+
+// After each update the word embedding and the head's tied copy must hold the same bits. Apart,
+// the two ranks swap a fingerprint of their copy: one bit flipped in one word (the first, one in the
+// middle, the last) must still fail the step, on both ranks, as a difference does on one rank.
+TEST_CASE("the tied copies' check: one bit flipped in one word fails the step, on one rank and across two") {
+    const pt::ModelConfig cfg = pt::ModelConfig::preset("tiny");
+    const int L = pt::num_model_layers(cfg);   // the embedding, the blocks, the head
+    const size_t words = size_t(cfg.vocab_size) * cfg.hidden_size;
+    for (int P : {1, 2})
+        for (long planted : {-1L, 0L, long(words / 2) + 3, long(words) - 1}) {
+            CAPTURE(P);
+            CAPTURE(planted);
+            std::vector<std::string> error(P);
+            ThreadWorld world(P, 30.0);
+            run_ranks(world, [&](int r) {
+                std::vector<int> layers;
+                for (int l = r * L / P; l < (r + 1) * L / P; l++) layers.push_back(l);
+                pt::TransformerStage stage(cfg, {layers}, pt::Recompute::none, pt::RunOptions{});
+                for (pt::Layer* l : stage.layers()) l->init(5, 0.02f);
+                pt::Layer* head = stage.layer(L - 1);
+                if (head && planted >= 0) {   // the head's copy, on the last rank
+                    uint32_t bits;
+                    float* x = head->params.data() + pt::tied_param(*head)->offset + planted;
+                    std::memcpy(&bits, x, 4), bits ^= 1u << 7, std::memcpy(x, &bits, 4);
+                }
+                pt::Optimizer opt(stage);
+                pt::RankPlace at;
+                at.P = P, at.p = r;
+                ThreadComm comm(world, r);
+                try {
+                    pt::update_weights(comm, stage, opt, cfg, at, pt::Update{});
+                } catch (const std::exception& e) {
+                    error[r] = e.what();
+                }
+            });
+            for (int r = 0; r < P; r++)
+                CHECK(error[r] == (planted < 0 ? "" : "tied word embedding copies differ after the optimizer step"));
+        }
 }
 
 TEST_CASE("a Comm without all-reduce or barrier says so when they are called") {

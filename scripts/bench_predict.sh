@@ -107,8 +107,10 @@ EOF
   echo "512 tokens; every layer runs at 2e14 FLOP/s (bf16; about a fifth of an H200's dense peak), its BI and"
   echo "BW as long as its forward; within a node 5 µs and 200 GB/s (NVLink-class), across nodes 10 µs and"
   echo "50 GB/s (400 Gb/s InfiniBand); activations stashed in bf16 (half of fp32), weights, gradients and"
-  echo "AdamW moments in fp32 (16 bytes a parameter; ZeRO-1 keeps 1/D of the moments). Not modelled: AdamW's"
-  echo "time, the tied embedding's and the gradient norm's sums, kernel launches, links shared by transfers."
+  echo "AdamW moments in fp32 (16 bytes a parameter; ZeRO-1 keeps 1/D of the moments); after the sums, the"
+  echo "first and last stages swap their copies of the tied word embedding's gradient. Not modelled: AdamW's"
+  echo "time (timed only with --measured, as in the table above), the gradient norm's sums, kernel launches,"
+  echo "links shared by transfers."
   echo "Memory: the rank that needs most (weights, gradients, moments and its peak stashes)."
   echo
   echo "| shape | step ms | bubble | memory per rank, up to |"

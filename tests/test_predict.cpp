@@ -90,6 +90,27 @@ TEST_CASE("a pipeline: stages split the layers, transfers cost latency + bytes /
     CHECK(big.out.find("64 stages × 64 replicas") != std::string::npos);
 }
 
+// After the sums: ranks 0 and P-1 swap their copies of the tied word embedding's gradient (V × C
+// floats over their link, once), then AdamW, timed here with --measured and not modelled without.
+TEST_CASE("after the sums: the tied copies' swap over the first and last ranks' link, then AdamW (--measured)") {
+    const std::string two = kTiny + "--stages 2 --micro-batches 4 --batch 4 --ranks-per-node 1 ";
+    Run fast = run_cli(two + "--links 1,1000,1,1000"), slow = run_cli(two + "--links 1,1000,3000,0.01");
+    REQUIRE_MESSAGE(fast.code == 0, fast.out);
+    REQUIRE_MESSAGE(slow.code == 0, slow.out);
+    const double swap_ms = 3 + V * C * 4 / 0.01e9 * 1e3;   // 3 ms of latency, 102.4 ms of bytes
+    CHECK(after(slow.out, "tied copies' sum ") == doctest::Approx(swap_ms).epsilon(0.01));
+    CHECK(after(slow.out, "\nstep ") == doctest::Approx(after(slow.out, "(pipeline ") + swap_ms).epsilon(0.01));
+    CHECK(slow.out.find("AdamW not modelled") != std::string::npos);
+    Run one = run_cli(kTiny + "--stages 1 --micro-batches 1 --batch 1 --links 1,1000,3000,0.01");
+    CHECK(after(one.out, "tied copies' sum ") == 0);   // one rank holds both copies
+    // Timed: the step is the pipeline, then AdamW over the rank's parameters.
+    Run timed = run_cli("schedule --predict --preset tiny --seq 16 --stages 1 --micro-batches 1 --batch 1 --measured");
+    REQUIRE_MESSAGE(timed.code == 0, timed.out);
+    const double adamw = after(timed.out, "AdamW ");
+    CHECK(adamw > 0);
+    CHECK(after(timed.out, "\nstep ") == doctest::Approx(after(timed.out, "(pipeline ") + adamw).epsilon(0.02));
+}
+
 TEST_CASE("V-shaped chunks: the split balances the ranks, not only the chunks") {
     // `small` (6 blocks, vocabulary 8,000) over 2 ranks of 2 chunks. Balancing the 4 chunks alone
     // gave rank 1 four blocks and rank 0 two, the embedding and the head (17.45 against 10.64 ms a

@@ -14,12 +14,17 @@
 //             2(D-1)/D · bytes / bandwidth + 2(D-1) · latency, on the across link when the replicas
 //             span nodes; with --dp-overlap 1 (as train) all of it but the last layer's share can hide
 //             behind the rank's last backward;
+//   tied      with P > 1, ranks 0 and P-1 swap their copies of the word embedding's gradient (vocab ×
+//             hidden floats, both ways at once over their link) once the sums are done;
+//   AdamW     with --measured, the update of the rank's parameters (1/D of them with --zero 1) timed
+//             here, after the sums: memory-bound, so up to 4M parameters timed, the rest scaled;
 //   memory    per rank: parameters, gradients and AdamW's two moments (16 bytes a parameter; the
 //             moments 1/D of it with --zero 1) plus the schedule's peak stashes × one micro-batch's
 //             stash of the rank's layers (measured here on one row, times the rows).
-// Not modelled: AdamW's time, the tied embedding's and the gradient norm's sums, kernel launches,
-// transfers that share a link and slow each other.
+// Not modelled: AdamW's time without --measured, the gradient norm's sums (a float64 a tensor),
+// kernel launches, transfers that share a link and slow each other.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -29,6 +34,7 @@
 #include "pipeline_lab.hpp"
 #include "src/cli/args.hpp"
 #include "src/cli/train.hpp"
+#include "src/device.hpp"
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/io.hpp"
 
@@ -84,10 +90,51 @@ double replica_sum_seconds(const Shape& s, int p, double bytes) {
     return 2.0 * (s.D - 1) / s.D * bytes / l.bandwidth + 2.0 * (s.D - 1) * l.latency;
 }
 
+// The tied word embedding's gradient: ranks 0 and P-1 of each replica swap their copies.
+double tied_sum_seconds(const ModelConfig& cfg, const Shape& s) {
+    if (s.P == 1 || cfg.num_labels > 0) return 0;   // one rank holds both copies; a classifier ties none
+    return s.link(0, s.P - 1).seconds(double(cfg.vocab_size) * cfg.hidden_size * 4);
+}
+
+// AdamW over n parameters on this machine (as train runs it), the best of 3.
+double adamw_seconds(double n) {
+    const int64_t timed = int64_t(std::min(n, 4e6));
+    if (timed <= 0) return 0;
+    std::vector<float> p(timed, 0.01f), m(timed), v(timed), g(timed, 1e-3f);
+    double best = 1e9;
+    for (int k = 1; k <= 3; k++) {
+        auto t0 = std::chrono::steady_clock::now();
+        dev::adamw_update(p.data(), m.data(), v.data(), g.data(), timed, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best * n / double(timed);
+}
+
 struct RankPrediction {
-    double f = 0, bi = 0, bw = 0, comm = 0, sum = 0, hidden = 0, end = 0, weights = 0, stash = 0;
+    double f = 0, bi = 0, bw = 0, comm = 0, sum = 0, hidden = 0, end = 0, weights = 0, stash = 0, adamw = 0;
     int layers = 0, peak = 0;
 };
+
+// The step: each rank's last action, plus the part of its replica sum that did not hide, then
+// AdamW (after the norm's all-reduce: every rank waits for the slowest). Fills end, hidden, peak.
+double step_seconds(const Shape& s, const pp::SimResult& sim, std::vector<RankPrediction>& rank) {
+    double step = 0, adamw = 0;
+    for (int p = 0; p < s.P; p++) {
+        RankPrediction& r = rank[p];
+        double last_backward = 0;
+        for (const pp::Event& e : sim.events)
+            if (e.rank == p && !e.comm) {
+                r.end = std::max(r.end, e.end);
+                if (e.action.op != pp::Op::F) last_backward = e.end - e.start;
+            }
+        // Overlapped, a layer's sum starts when its last BW ends: all but the last layer's hide.
+        if (s.overlap && r.layers > 1) r.hidden = std::min(r.sum, last_backward * (r.layers - 1) / r.layers);
+        r.peak = sim.peak_live[p];
+        step = std::max(step, r.end + r.sum - r.hidden);
+        adamw = std::max(adamw, r.adamw);
+    }
+    return step + adamw;
+}
 
 std::string ms(double seconds) {
     char b[32];
@@ -103,7 +150,7 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
                 count_of(s.rows, "row").c_str(), s.T, s.bf16 ? "bf16" : "fp32");
     std::printf("assumptions: compute %s; links within a node %g µs, %g GB/s, across %g µs, %g GB/s; %s a node (%s);"
                 " --zero %d, --dp-overlap %d\n",
-                a.has("--measured") ? "as measured here, layer by layer" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
+                a.has("--measured") ? "as measured here, layer by layer, and AdamW" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
                 s.within.latency * 1e6, s.within.bandwidth / 1e9, s.across.latency * 1e6, s.across.bandwidth / 1e9,
                 count_of(s.per_node, "rank").c_str(), count_of((s.P * s.D + s.per_node - 1) / s.per_node, "node").c_str(), s.zero,
                 s.overlap);
@@ -118,8 +165,12 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
         std::printf("%4d  %6d  %30s  %11s  %23s  %21s  %8d × %9s  %6s\n", p, r.layers, times.c_str(), ms(r.comm).c_str(), sum.c_str(),
                     human_bytes(state).c_str(), r.peak, human_bytes(r.stash).c_str(), human_bytes(memory).c_str());
     }
-    std::printf("step %s ms (pipeline %s ms) | bubble %.1f%% | %.0f tok/s | memory per rank up to %s\n", ms(step).c_str(),
-                ms(sim.makespan).c_str(), 100 * sim.bubble, double(B) * s.T / step, human_bytes(most).c_str());
+    double adamw = 0;
+    for (const RankPrediction& r : rank) adamw = std::max(adamw, r.adamw);
+    std::printf("step %s ms (pipeline %s ms; then the tied copies' sum %s ms, AdamW %s ms) | bubble %.1f%% | %.0f tok/s"
+                " | memory per rank up to %s\n", ms(step).c_str(), ms(sim.makespan).c_str(), ms(tied_sum_seconds(cfg, s)).c_str(),
+                a.has("--measured") ? ms(adamw).c_str() : "not modelled", 100 * sim.bubble, double(B) * s.T / step,
+                human_bytes(most).c_str());
 }
 
 }  // namespace
@@ -165,22 +216,10 @@ int predict_main(const Args& a) {
         if (s.V == 2) r.comm = std::max(r.comm, s.link(p, s.P - 1 - p).seconds(message));   // the V turns at the last rank
         costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V, r.comm};
         r.sum = replica_sum_seconds(s, p, r.weights / 4);   // the gradients: a quarter of the 16 bytes
+        if (a.has("--measured")) r.adamw = adamw_seconds(r.weights / 16 / (s.zero ? s.D : 1));
     }
     pp::SimResult sim = pp::simulate(schedule, costs, s.V);
-    double step = 0;
-    for (int p = 0; p < s.P; p++) {
-        RankPrediction& r = rank[p];
-        double last_backward = 0;
-        for (const pp::Event& e : sim.events)
-            if (e.rank == p && !e.comm) {
-                r.end = std::max(r.end, e.end);
-                if (e.action.op != pp::Op::F) last_backward = e.end - e.start;
-            }
-        // Overlapped, a layer's sum starts when its last BW ends: all but the last layer's hide.
-        if (s.overlap && r.layers > 1) r.hidden = std::min(r.sum, last_backward * (r.layers - 1) / r.layers);
-        r.peak = sim.peak_live[p];
-        step = std::max(step, r.end + r.sum - r.hidden);
-    }
+    double step = step_seconds(s, sim, rank) + tied_sum_seconds(cfg, s);
     print_prediction(cfg, s, name, sim, rank, step, B, a);
     return 0;
 }

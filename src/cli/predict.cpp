@@ -167,10 +167,10 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
     }
     double adamw = 0;
     for (const RankPrediction& r : rank) adamw = std::max(adamw, r.adamw);
-    std::printf("step %s ms (pipeline %s ms; then the tied copies' sum %s ms, AdamW %s ms) | bubble %.1f%% | %.0f tok/s"
+    const std::string adamw_text = a.has("--measured") ? ms(adamw) + " ms" : "not modelled";
+    std::printf("step %s ms (pipeline %s ms; then the tied copies' sum %s ms, AdamW %s) | bubble %.1f%% | %.0f tok/s"
                 " | memory per rank up to %s\n", ms(step).c_str(), ms(sim.makespan).c_str(), ms(tied_sum_seconds(cfg, s)).c_str(),
-                a.has("--measured") ? ms(adamw).c_str() : "not modelled", 100 * sim.bubble, double(B) * s.T / step,
-                human_bytes(most).c_str());
+                adamw_text.c_str(), 100 * sim.bubble, double(B) * s.T / step, human_bytes(most).c_str());
 }
 
 }  // namespace

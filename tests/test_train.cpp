@@ -606,7 +606,7 @@ TEST_CASE("the end of a run says why its bubble is what it is, and which stage h
     // One layer per stage, a causal head over a 4000-token vocabulary: the head's stage computes
     // several times what the embedding's and the block's do.
     std::string flags = "train --preset tiny --blocks 1 --objective causal --inputs " +
-                        fixture("ernie/ernie1-like/inputs.safetensors") + " --steps 2 --micro-batches 3 --stages 3 --out " + out;
+                        fixture("ernie/ernie1-like/inputs.safetensors") + " --steps 3 --micro-batches 3 --stages 3 --out " + out;
     Run uniform = run_cli(flags + " --partition uniform");
     REQUIRE_MESSAGE(uniform.code == 0, uniform.out);
     CHECK_MESSAGE(uniform.out.find("bubble: measured ") != std::string::npos, uniform.out);

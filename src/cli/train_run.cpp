@@ -54,9 +54,10 @@ void print_step(TrainRun& w, int step, double loss, float lr, double norm, const
     double busy = 0, worst_span = 0;
     std::string stash;
     w.record = StepRecord{step + 1, loss, lr, norm, 0, 0, {}};
+    w.least_busy_us.resize(size_t(w.P), 1e300);
     for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + kSlots r ..], see step_slots
         const double* k = &slots[1 + kSlots * p];
-        busy += k[0], worst_span = std::max(worst_span, k[1]);
+        busy += k[0], worst_span = std::max(worst_span, k[1]), w.least_busy_us[p] = std::min(w.least_busy_us[p], k[0]);
         w.peak_stash[p] = k[2], w.peak_stashes[p] = int(k[3]);
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
         w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3], k[7]});

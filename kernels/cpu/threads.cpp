@@ -164,6 +164,12 @@ struct Board {   // the process's offered jobs and its waiting ranks
     std::vector<std::condition_variable*> waiting;   // each waiting rank's wake-up (under mu)
     std::atomic<int> idle{0};                        // waiting.size(), read without mu
     std::atomic<int> ranks{0};                       // threads that ever waited here, still alive
+
+    std::shared_ptr<Job> open_job() const {   // one with a piece nobody took yet, or null (under mu)
+        for (const auto& j : jobs)
+            if (j->next.load() < j->parts) return j;
+        return nullptr;
+    }
 };
 Board& board() {
     static Board b;
@@ -235,17 +241,12 @@ class ProcessHelper {
 
  private:
     void run() {
-        tl_inside_parallel = true;   // a parallel_for inside a piece runs inline
         Board& b = board();
         std::unique_lock<std::mutex> lock(b.mu);
         b.waiting.push_back(&cv_);   // run_lent notifies it under b.mu: no offer goes unseen
         for (;;) {
             std::shared_ptr<Job> job;
-            cv_.wait(lock, [&] {
-                for (const auto& j : b.jobs)
-                    if (j->next.load() < j->parts) job = j;
-                return stop_ || job;
-            });
+            cv_.wait(lock, [&] { return stop_ || (job = b.open_job()); });
             if (stop_) break;
             lock.unlock();
             const int p = job->next.fetch_add(1);
@@ -312,8 +313,7 @@ bool Lender::wait(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock:
     {
         std::lock_guard<std::mutex> g(b.mu);
         if (!counted_) b.waiting.push_back(&cv_), b.idle++, counted_ = true;
-        for (const auto& j : b.jobs)
-            if (j->next.load() < j->parts) job = j;
+        job = b.open_job();
     }
     if (job) {   // a piece of another rank's job, then the caller looks at its messages again
         lock.unlock();

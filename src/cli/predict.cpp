@@ -16,8 +16,8 @@
 //             behind the rank's last backward;
 //   tied      with P > 1, ranks 0 and P-1 swap their copies of the word embedding's gradient (vocab ×
 //             hidden floats, both ways at once over their link) once the sums are done;
-//   AdamW     with --measured, the update of the rank's parameters (1/D of them with --zero 1) timed
-//             here, after the sums: memory-bound, so up to 4M parameters timed, the rest scaled;
+//   AdamW     with --measured, the update of the rank's parameters (1/D of them with --zero 1) at the
+//             rate timed here on 4M parameters (it is memory-bound), after the sums;
 //   memory    per rank: parameters, gradients and AdamW's two moments (16 bytes a parameter; the
 //             moments 1/D of it with --zero 1) plus the schedule's peak stashes × one micro-batch's
 //             stash of the rank's layers (measured here on one row, times the rows).
@@ -96,18 +96,18 @@ double tied_sum_seconds(const ModelConfig& cfg, const Shape& s) {
     return s.link(0, s.P - 1).seconds(double(cfg.vocab_size) * cfg.hidden_size * 4);
 }
 
-// AdamW over n parameters on this machine (as train runs it), the best of 3.
-double adamw_seconds(double n) {
-    const int64_t timed = int64_t(std::min(n, 4e6));
-    if (timed <= 0) return 0;
-    std::vector<float> p(timed, 0.01f), m(timed), v(timed), g(timed, 1e-3f);
+// AdamW's seconds a parameter on this machine (as train runs it): the best of 3 updates of 4M
+// parameters, once for every rank (the update is memory-bound, linear in the parameters).
+double adamw_seconds_per_parameter() {
+    const int64_t n = 4'000'000;
+    std::vector<float> p(n, 0.01f), m(n), v(n), g(n, 1e-3f);
     double best = 1e9;
     for (int k = 1; k <= 3; k++) {
         auto t0 = std::chrono::steady_clock::now();
-        dev::adamw_update(p.data(), m.data(), v.data(), g.data(), timed, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k);
+        dev::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k);
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    return best * n / double(timed);
+    return best / double(n);
 }
 
 struct RankPrediction {
@@ -200,6 +200,7 @@ int predict_main(const Args& a) {
 
     double message = double(s.rows) * s.T * cfg.hidden_size * (s.bf16 ? 2 : 4);
     std::vector<RankPrediction> rank(s.P);
+    const double adamw_rate = a.has("--measured") ? adamw_seconds_per_parameter() : 0;   // else not modelled
     std::vector<pp::Costs> costs(s.P);
     for (int p = 0; p < s.P; p++) {
         RankPrediction& r = rank[p];
@@ -216,7 +217,7 @@ int predict_main(const Args& a) {
         if (s.V == 2) r.comm = std::max(r.comm, s.link(p, s.P - 1 - p).seconds(message));   // the V turns at the last rank
         costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V, r.comm};
         r.sum = replica_sum_seconds(s, p, r.weights / 4);   // the gradients: a quarter of the 16 bytes
-        if (a.has("--measured")) r.adamw = adamw_seconds(r.weights / 16 / (s.zero ? s.D : 1));
+        r.adamw = adamw_rate * r.weights / 16 / (s.zero ? s.D : 1);
     }
     pp::SimResult sim = pp::simulate(schedule, costs, s.V);
     double step = step_seconds(s, sim, rank) + tied_sum_seconds(cfg, s);

@@ -91,8 +91,8 @@ TEST_CASE("a pipeline: stages split the layers, transfers cost latency + bytes /
 }
 
 // After the sums: ranks 0 and P-1 swap their copies of the tied word embedding's gradient (V × C
-// floats over their link, once), then AdamW, timed here with --measured and not modelled without.
-TEST_CASE("after the sums: the tied copies' swap over the first and last ranks' link, then AdamW (--measured)") {
+// floats over their link, once); the norm and AdamW are timed here with --measured, not modelled without.
+TEST_CASE("after the sums: the tied copies' swap over the first and last ranks' link") {
     const std::string two = kTiny + "--stages 2 --micro-batches 4 --batch 4 --ranks-per-node 1 ";
     Run fast = run_cli(two + "--links 1,1000,1,1000"), slow = run_cli(two + "--links 1,1000,3000,0.01");
     REQUIRE_MESSAGE(fast.code == 0, fast.out);
@@ -100,15 +100,44 @@ TEST_CASE("after the sums: the tied copies' swap over the first and last ranks' 
     const double swap_ms = 3 + V * C * 4 / 0.01e9 * 1e3;   // 3 ms of latency, 102.4 ms of bytes
     CHECK(after(slow.out, "tied copies' sum ") == doctest::Approx(swap_ms).epsilon(0.01));
     CHECK(after(slow.out, "\nstep ") == doctest::Approx(after(slow.out, "(pipeline ") + swap_ms).epsilon(0.01));
-    CHECK(slow.out.find("AdamW not modelled") != std::string::npos);
+    CHECK(slow.out.find("the norm and AdamW not modelled") != std::string::npos);
+    CHECK(slow.out.find("no gradient tree") != std::string::npos);
     Run one = run_cli(kTiny + "--stages 1 --micro-batches 1 --batch 1 --links 1,1000,3000,0.01");
     CHECK(after(one.out, "tied copies' sum ") == 0);   // one rank holds both copies
-    // Timed: the step is the pipeline, then AdamW over the rank's parameters.
-    Run timed = run_cli("schedule --predict --preset tiny --seq 16 --stages 1 --micro-batches 1 --batch 1 --measured");
-    REQUIRE_MESSAGE(timed.code == 0, timed.out);
-    const double adamw = after(timed.out, "AdamW ");
-    CHECK(adamw > 0);
-    CHECK(after(timed.out, "\nstep ") == doctest::Approx(after(timed.out, "(pipeline ") + adamw).epsilon(0.02));
+}
+
+// --measured: the memory-bound passes over a rank's parameters at the rates timed here. The
+// micro-batches' gradient tree (src/model.cpp) zeroes ⌈M/2⌉ gradients (the gradients themselves, then
+// every even leaf after the first: an odd leaf is computed into its left neighbour) and adds ⌈M/2⌉ - 1
+// (the tree's buffers into one), inside the BWs; after the sums come the norm and AdamW.
+TEST_CASE("--measured: the gradient tree inside the BWs, then the norm and AdamW, at rates timed here") {
+    auto line = [](const std::string& out, const std::string& start) {   // the output's line that starts so
+        size_t at = out.find("\n" + start);
+        REQUIRE_MESSAGE(at != std::string::npos, out);
+        return out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+    };
+    for (int M : {1, 5, 8}) {
+        CAPTURE(M);
+        Run r = run_cli("schedule --predict --preset tiny --seq 16 --stages 1 --batch " + std::to_string(M) +
+                        " --micro-batches " + std::to_string(M) + " --measured");
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        double zero = 0, add = 0, norm = 0, adamw = 0, params = 0, f = 0, bi = 0, bw = 0;   // ns a parameter; ms
+        REQUIRE(std::sscanf(line(r.out, "passes timed here").c_str(),
+                            "passes timed here, ns a parameter: zeroing %lf, adding %lf, sum of squares %lf, AdamW %lf"
+                            " (the largest rank: %lf parameters)", &zero, &add, &norm, &adamw, &params) == 5);
+        REQUIRE(std::sscanf(line(r.out, "   0 ").c_str(), "%*d %*d %lf / %lf / %lf", &f, &bi, &bw) == 3);
+        CHECK((zero > 0 && add > 0 && norm > 0 && adamw > 0 && params > 0));
+        const std::string step = "\n" + line(r.out, "step ");
+        const int zeroed = (M + 1) / 2, added = zeroed - 1;
+        const double tree_ms = params * (zeroed * zero + added * add) * 1e-6;
+        CHECK(after(step, "gradient tree's ") == doctest::Approx(tree_ms).epsilon(0.002));
+        // One stage, GPipe: the pipeline is M times the layers' F + BI + BW, and the tree.
+        CHECK(after(step, "(pipeline ") == doctest::Approx(M * (f + bi + bw) + tree_ms).epsilon(0.002));
+        CHECK(after(step, "the norm ") == doctest::Approx(params * norm * 1e-6).epsilon(0.002));
+        CHECK(after(step, "AdamW ") == doctest::Approx(params * adamw * 1e-6).epsilon(0.002));
+        CHECK(after(step, "\nstep ") == doctest::Approx(after(step, "(pipeline ") + after(step, "the norm ") +
+                                                        after(step, "AdamW ")).epsilon(0.002));
+    }
 }
 
 TEST_CASE("V-shaped chunks: the split balances the ranks, not only the chunks") {

@@ -16,17 +16,20 @@
 //             behind the rank's last backward;
 //   tied      with P > 1, ranks 0 and P-1 swap their copies of the word embedding's gradient (vocab ×
 //             hidden floats, both ways at once over their link) once the sums are done;
-//   AdamW     with --measured, the update of the rank's parameters (1/D of them with --zero 1) at the
-//             rate timed here on 4M parameters (it is memory-bound), after the sums;
+//   passes    with --measured, the memory-bound passes over a rank's parameters, at rates timed here
+//             on 4M parameters: the micro-batches' gradient tree (src/model.cpp: ⌈M/2⌉ gradients
+//             zeroed, ⌈M/2⌉ - 1 added) spread over the rank's BWs; after the sums, the gradient
+//             norm's sum of squares and AdamW's update (1/D of the parameters with --zero 1);
 //   memory    per rank: parameters, gradients and AdamW's two moments (16 bytes a parameter; the
 //             moments 1/D of it with --zero 1) plus the schedule's peak stashes × one micro-batch's
 //             stash of the rank's layers (measured here on one row, times the rows).
-// Not modelled: AdamW's time without --measured, the gradient norm's sums (a float64 a tensor),
-// kernel launches, transfers that share a link and slow each other.
+// Not modelled: the passes without --measured, the norm's all-reduce (a float64 a tensor), kernel
+// launches, transfers that share a link and slow each other.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -96,29 +99,49 @@ double tied_sum_seconds(const ModelConfig& cfg, const Shape& s) {
     return s.link(0, s.P - 1).seconds(double(cfg.vocab_size) * cfg.hidden_size * 4);
 }
 
-// AdamW's seconds a parameter on this machine (as train runs it): the best of 3 updates of 4M
-// parameters, once for every rank (the update is memory-bound, linear in the parameters).
-double adamw_seconds_per_parameter() {
+// Seconds a parameter of the memory-bound passes on this machine (as train runs them), each the best
+// of 3 on 4M parameters (linear in the parameters, so timed once for every rank).
+struct PassRates {
+    double zero = 0, add = 0, norm = 0, adamw = 0;
+};
+PassRates time_passes() {
     const int64_t n = 4'000'000;
     std::vector<float> p(n, 0.01f), m(n), v(n), g(n, 1e-3f);
-    double best = 1e9;
-    for (int k = 1; k <= 3; k++) {
-        auto t0 = std::chrono::steady_clock::now();
-        dev::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best / double(n);
+    auto best_of_3 = [n](const std::function<void(int)>& pass) {
+        double best = 1e9;
+        for (int k = 1; k <= 3; k++) {
+            auto t0 = std::chrono::steady_clock::now();
+            pass(k);
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return best / double(n);
+    };
+    double sink = 0;   // keeps the sum of squares from being optimized away
+    PassRates r;
+    r.zero = best_of_3([&](int) { std::fill(m.begin(), m.end(), 0.0f); });   // Array::zero on the CPU
+    r.add = best_of_3([&](int) { dev::accumulate(v.data(), g.data(), int(n)); });
+    r.norm = best_of_3([&](int) { sink += dev::sum_squares(g.data(), n); });
+    r.adamw = best_of_3([&](int k) { dev::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k); });
+    return sink < 0 ? PassRates{} : r;
+}
+
+// The micro-batches' tree of one step over `params` gradients: ⌈M/2⌉ zeroed (the gradients, then
+// every even leaf after the first), ⌈M/2⌉ - 1 added (an odd leaf is computed into its left neighbour).
+double tree_seconds(const PassRates& rate, int M, double params) {
+    const int zeroed = (M + 1) / 2;
+    return params * (zeroed * rate.zero + (zeroed - 1) * rate.add);
 }
 
 struct RankPrediction {
-    double f = 0, bi = 0, bw = 0, comm = 0, sum = 0, hidden = 0, end = 0, weights = 0, stash = 0, adamw = 0;
+    double f = 0, bi = 0, bw = 0, comm = 0, sum = 0, hidden = 0, end = 0, weights = 0, stash = 0;
+    double tree = 0, norm = 0, adamw = 0;   // the passes (--measured)
     int layers = 0, peak = 0;
 };
 
-// The step: each rank's last action, plus the part of its replica sum that did not hide, then
-// AdamW (after the norm's all-reduce: every rank waits for the slowest). Fills end, hidden, peak.
+// The step: each rank's last action, plus the part of its replica sum that did not hide, then the
+// norm and AdamW (after the norm's all-reduce: every rank waits for the slowest). Fills end, hidden, peak.
 double step_seconds(const Shape& s, const pp::SimResult& sim, std::vector<RankPrediction>& rank) {
-    double step = 0, adamw = 0;
+    double step = 0, after = 0;
     for (int p = 0; p < s.P; p++) {
         RankPrediction& r = rank[p];
         double last_backward = 0;
@@ -131,9 +154,9 @@ double step_seconds(const Shape& s, const pp::SimResult& sim, std::vector<RankPr
         if (s.overlap && r.layers > 1) r.hidden = std::min(r.sum, last_backward * (r.layers - 1) / r.layers);
         r.peak = sim.peak_live[p];
         step = std::max(step, r.end + r.sum - r.hidden);
-        adamw = std::max(adamw, r.adamw);
+        after = std::max(after, r.norm + r.adamw);
     }
-    return step + adamw;
+    return step + after;
 }
 
 std::string ms(double seconds) {
@@ -143,17 +166,23 @@ std::string ms(double seconds) {
 }
 
 void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string& name, const pp::SimResult& sim,
-                      const std::vector<RankPrediction>& rank, double step, int B, const Args& a) {
+                      const std::vector<RankPrediction>& rank, const PassRates& rate, double step, int B, const Args& a) {
     std::printf("predicted step: %d blocks (hidden %d, vocab %d), %s × %s, %s (V = %d), %s of %s × T %d, %s\n",
                 cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size, count_of(s.P, "stage").c_str(),
                 count_of(s.D, "replica").c_str(), name.c_str(), s.V, count_of(s.M, "micro-batch", "micro-batches").c_str(),
                 count_of(s.rows, "row").c_str(), s.T, s.bf16 ? "bf16" : "fp32");
     std::printf("assumptions: compute %s; links within a node %g µs, %g GB/s, across %g µs, %g GB/s; %s a node (%s);"
                 " --zero %d, --dp-overlap %d\n",
-                a.has("--measured") ? "as measured here, layer by layer, and AdamW" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
+                a.has("--measured") ? "as measured here, the layers in a step's order, and the passes over the parameters" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
                 s.within.latency * 1e6, s.within.bandwidth / 1e9, s.across.latency * 1e6, s.across.bandwidth / 1e9,
                 count_of(s.per_node, "rank").c_str(), count_of((s.P * s.D + s.per_node - 1) / s.per_node, "node").c_str(), s.zero,
                 s.overlap);
+    double params = 0;   // the largest rank's
+    for (const RankPrediction& r : rank) params = std::max(params, r.weights / 16);
+    if (a.has("--measured"))
+        std::printf("passes timed here, ns a parameter: zeroing %.4g, adding %.4g, sum of squares %.4g, AdamW %.4g"
+                    " (the largest rank: %.0f parameters)\n", 1e9 * rate.zero, 1e9 * rate.add, 1e9 * rate.norm,
+                    1e9 * rate.adamw, params);
     std::printf("rank  layers  F / BI / BW ms (a micro-batch)  transfer ms  replica sum ms (hidden)  weights+grads+moments"
                 "  peak stashes × bytes  memory\n");
     double most = 0;
@@ -165,12 +194,15 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
         std::printf("%4d  %6d  %30s  %11s  %23s  %21s  %8d × %9s  %6s\n", p, r.layers, times.c_str(), ms(r.comm).c_str(), sum.c_str(),
                     human_bytes(state).c_str(), r.peak, human_bytes(r.stash).c_str(), human_bytes(memory).c_str());
     }
-    double adamw = 0;
-    for (const RankPrediction& r : rank) adamw = std::max(adamw, r.adamw);
-    const std::string adamw_text = a.has("--measured") ? ms(adamw) + " ms" : "not modelled";
-    std::printf("step %s ms (pipeline %s ms; then the tied copies' sum %s ms, AdamW %s) | bubble %.1f%% | %.0f tok/s"
-                " | memory per rank up to %s\n", ms(step).c_str(), ms(sim.makespan).c_str(), ms(tied_sum_seconds(cfg, s)).c_str(),
-                adamw_text.c_str(), 100 * sim.bubble, double(B) * s.T / step, human_bytes(most).c_str());
+    double tree = 0, norm = 0, adamw = 0;   // the rank that spends most on each
+    for (const RankPrediction& r : rank) tree = std::max(tree, r.tree), norm = std::max(norm, r.norm), adamw = std::max(adamw, r.adamw);
+    const std::string passes = a.has("--measured") ? "the norm " + ms(norm) + " ms, AdamW " + ms(adamw) + " ms"
+                                                   : "the norm and AdamW not modelled";
+    std::printf("step %s ms (pipeline %s ms, %s; then the tied copies' sum %s ms, %s) | bubble %.1f%% | %.0f tok/s"
+                " | memory per rank up to %s\n", ms(step).c_str(), ms(sim.makespan).c_str(),
+                a.has("--measured") ? ("its BWs holding the gradient tree's " + ms(tree) + " ms").c_str() : "no gradient tree",
+                ms(tied_sum_seconds(cfg, s)).c_str(), passes.c_str(), 100 * sim.bubble, double(B) * s.T / step,
+                human_bytes(most).c_str());
 }
 
 }  // namespace
@@ -200,7 +232,7 @@ int predict_main(const Args& a) {
 
     double message = double(s.rows) * s.T * cfg.hidden_size * (s.bf16 ? 2 : 4);
     std::vector<RankPrediction> rank(s.P);
-    const double adamw_rate = a.has("--measured") ? adamw_seconds_per_parameter() : 0;   // else not modelled
+    const PassRates rate = a.has("--measured") ? time_passes() : PassRates{};   // else not modelled
     std::vector<pp::Costs> costs(s.P);
     for (int p = 0; p < s.P; p++) {
         RankPrediction& r = rank[p];
@@ -215,13 +247,15 @@ int predict_main(const Args& a) {
         for (int q : {p - 1, p + 1})
             if (q >= 0 && q < s.P) r.comm = std::max(r.comm, s.link(p, q).seconds(message));
         if (s.V == 2) r.comm = std::max(r.comm, s.link(p, s.P - 1 - p).seconds(message));   // the V turns at the last rank
-        costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V, r.comm};
-        r.sum = replica_sum_seconds(s, p, r.weights / 4);   // the gradients: a quarter of the 16 bytes
-        r.adamw = adamw_rate * r.weights / 16 / (s.zero ? s.D : 1);
+        const double params = r.weights / 16;   // 16 bytes a parameter
+        r.tree = tree_seconds(rate, s.M, params), r.norm = rate.norm * params;
+        r.adamw = rate.adamw * params / (s.zero ? s.D : 1);
+        costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V + r.tree / (s.M * s.V), r.comm};
+        r.sum = replica_sum_seconds(s, p, params * 4);
     }
     pp::SimResult sim = pp::simulate(schedule, costs, s.V);
     double step = step_seconds(s, sim, rank) + tied_sum_seconds(cfg, s);
-    print_prediction(cfg, s, name, sim, rank, step, B, a);
+    print_prediction(cfg, s, name, sim, rank, rate, step, B, a);
     return 0;
 }
 

@@ -6,7 +6,8 @@
 #      "machines" of tests/netns_mpirun.sh (two network namespaces: TCP over a veth pair);
 #   2. `small` (batch 16 × seq 128) as a 2-stage 1F1B pipeline (M = 8) on 2 threads and as 2 MPI
 #      processes, one per namespace, and as 2 replicas (dp 2) across the namespaces with the sums
-#      overlapped and not: the steady step time;
+#      overlapped and not: the steady step time, on one fixed batch of the preset's 8,000 words (the
+#      model the predictor times; a corpus would give it the corpus's vocabulary);
 #   3. the same shapes predicted from the measured links and the layers timed here (--measured);
 #   4. predictions for ERNIE 3.0 base on 64 GPUs, with the assumptions next to the table.
 #   scripts/bench_predict.sh [--quick] [--update-docs]
@@ -16,6 +17,8 @@ source scripts/bench_train_lib.sh
 bench_start predict-bench "$@"
 netns() { PT_NETNS_TIMEOUT=300 tests/netns_mpirun.sh 1 -- "$@"; }
 shape=(--preset small --batch 16 --seq 128 --stages 2 --micro-batches 8 --schedule 1f1b)
+inputs=$tmp/inputs-small.safetensors
+scripts/bench_cpu_peer.py inputs --preset small --batch 16 --seq 128 --out "$inputs"
 
 # ---- 1. the links --------------------------------------------------------------------------------
 links_of() { awk '/^--links value/ { print $NF }' "$1"; }
@@ -42,7 +45,7 @@ for _ in $(seq "$rounds"); do
     launch=(); comm=(); [ "$across" = 1 ] && launch=(netns) comm=(--comm mpi)
     # shellcheck disable=SC2086
     # PIPETRAIN_LEND=0: each rank keeps to its own core, as on its own node (the predictor's premise)
-    PIPETRAIN_LEND=0 "${launch[@]}" $pt train $flags "${comm[@]}" --data "$tmp/corpus.txt" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
+    PIPETRAIN_LEND=0 "${launch[@]}" $pt train $flags "${comm[@]}" --inputs "$inputs" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
       --overwrite >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
     v=$(steady_ms "$tmp/log" 2048)
     measured[$name]=$(awk -v a="${measured[$name]:-1e30}" -v b="$v" 'BEGIN { print (b < a ? b : a) }')
@@ -91,10 +94,12 @@ EOF
   echo "## Measured here, and predicted"
   echo
   echo "\`pipetrain schedule --predict FLAGS --measured --ranks-per-node 1 --links L,L\`: the layers timed"
-  echo "here one by one, each rank on its own node, L the link \`pipetrain bench-link\` measured between the"
-  echo "two ranks (latency µs, bandwidth GB/s). Measured: \`pipetrain train FLAGS\` (\`small\`, batch 16 × seq"
-  echo "128, dropout 0, \`PIPETRAIN_LEND=0\`: no rank runs another's kernels while it waits, as on nodes of"
-  echo "their own), $steps steady steps, the best of $rounds runs; across the two network namespaces of"
+  echo "here in a step's order and the passes over the parameters at rates timed here, each rank on its own"
+  echo "node, L the link \`pipetrain bench-link\` measured between the two ranks (latency µs, bandwidth GB/s)."
+  echo "Measured: \`pipetrain train FLAGS --inputs F\` (\`small\` with its 8,000 words, F one fixed batch of"
+  echo "16 × 128 from \`scripts/bench_cpu_peer.py inputs\`, dropout 0, \`PIPETRAIN_LEND=0\`: no rank runs"
+  echo "another's kernels while it waits, as on nodes of their own), $steps steady steps, the best of $rounds"
+  echo "runs; across the two network namespaces of"
   echo "\`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so."
   echo
   echo "| the two ranks | link (µs, GB/s) | measured ms a step | predicted ms | predicted / measured |"
@@ -108,9 +113,9 @@ EOF
   echo "BW as long as its forward; within a node 5 µs and 200 GB/s (NVLink-class), across nodes 10 µs and"
   echo "50 GB/s (400 Gb/s InfiniBand); activations stashed in bf16 (half of fp32), weights, gradients and"
   echo "AdamW moments in fp32 (16 bytes a parameter; ZeRO-1 keeps 1/D of the moments); after the sums, the"
-  echo "first and last stages swap their copies of the tied word embedding's gradient. Not modelled: AdamW's"
-  echo "time (timed only with --measured, as in the table above), the gradient norm's sums, kernel launches,"
-  echo "links shared by transfers."
+  echo "first and last stages swap their copies of the tied word embedding's gradient. Not modelled: the"
+  echo "passes over the parameters (the gradient tree, the norm, AdamW: timed only with --measured, as in"
+  echo "the table above), the norm's all-reduce, kernel launches, links shared by transfers."
   echo "Memory: the rank that needs most (weights, gradients, moments and its peak stashes)."
   echo
   echo "| shape | step ms | bubble | memory per rank, up to |"

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -229,6 +230,32 @@ void barrier(pp::Comm& comm) {
     require(first_out >= last_in, "a rank left the barrier " + std::to_string(last_in - first_out) + " s before the last entered");
 }
 
+// Rank 0 sends 8 MB (far past any eager limit) and then computes: no MPI call until rank 1 has it,
+// which rank 1 says by creating the file $PT_OVERLAP_FLAG. Over Open MPI's TCP transport the message
+// then moves only on its progress thread (MpiWorld turns it on). Rank 0 gives up after 10 s.
+void overlap(pp::Comm& comm) {
+    const char* flag = std::getenv("PT_OVERLAP_FLAG");
+    require(flag != nullptr, "overlap: PT_OVERLAP_FLAG (a file to create) is not set");
+    std::vector<char> bytes(8 << 20, 7);
+    if (comm.rank() == 0) {
+        comm.send(bytes.data(), bytes.size(), 1, 0);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        bool arrived = false;
+        while (!(arrived = std::filesystem::exists(flag)) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::printf(arrived ? "rank 0: the message arrived while rank 0 made no MPI call\n"
+                            : "rank 0: the message did not arrive in 10 s of rank 0 making no MPI call\n");
+    } else if (comm.rank() == 1) {
+        std::vector<char> got(bytes.size());
+        comm.recv(got.data(), got.size(), 0, 0);
+        require(got == bytes, "overlap: the message arrived changed");
+        std::FILE* f = std::fopen(flag, "w");
+        require(f != nullptr, std::string("overlap: cannot create ") + flag);
+        std::fclose(f);
+    }
+    comm.barrier();
+}
+
 // Rank 1 waits for a message; meanwhile rank 0, one thread, sees it waiting and gives pieces of its
 // products to its helper thread. Every product must have the bits of a 3-thread one (a cut that
 // does not depend on the lending). Where this machine has one core, nobody may lend: said so.
@@ -262,7 +289,7 @@ void lend(pp::Comm& comm) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: mpi_comm_worker exchange|idle|lend|timeout|abort|exit|kill|late TIMEOUT_S\n");
+        std::fprintf(stderr, "usage: mpi_comm_worker exchange|idle|lend|overlap|timeout|abort|exit|kill|late TIMEOUT_S\n");
         return 2;
     }
     const std::string mode = argv[1];
@@ -286,6 +313,8 @@ int main(int argc, char** argv) {
                 idle(comm);
             } else if (mode == "lend") {
                 lend(comm);
+            } else if (mode == "overlap") {
+                overlap(comm);
             } else if (mode == "timeout") {
                 if (me == 1) {
                     say("rank 1: receiving F3");

@@ -230,14 +230,15 @@ void barrier(pp::Comm& comm) {
     require(first_out >= last_in, "a rank left the barrier " + std::to_string(last_in - first_out) + " s before the last entered");
 }
 
-// Rank 0 sends 2 MB (past Open MPI's default eager limit for TCP, 64 KiB) and then computes: no MPI
+// Rank 0 sends 2 MB ($PT_OVERLAP_BYTES: past Open MPI's default eager limits) and then computes: no MPI
 // call until rank 1 has it, which rank 1 says by creating the file $PT_OVERLAP_FLAG. Over Open MPI's
 // TCP transport the message moves without its sender only when it is sent eagerly (MpiWorld raises
 // the limit to 4 MiB). Rank 0 gives up after 10 s.
 void overlap(pp::Comm& comm) {
     const char* flag = std::getenv("PT_OVERLAP_FLAG");
     require(flag != nullptr, "overlap: PT_OVERLAP_FLAG (a file to create) is not set");
-    std::vector<char> bytes(2 << 20, 7);
+    const char* size = std::getenv("PT_OVERLAP_BYTES");   // 2 MB unless it says otherwise
+    std::vector<char> bytes(size ? std::strtoul(size, nullptr, 10) : 2 << 20, 7);
     if (comm.rank() == 0) {
         comm.send(bytes.data(), bytes.size(), 1, 0);
         auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

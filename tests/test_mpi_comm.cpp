@@ -123,6 +123,26 @@ TEST_CASE("over TCP, a 2 MB message moves while its sender computes (Open MPI's 
     CHECK(has(job.out, "rank 0: the message arrived while rank 0 made no MPI call"));
 }
 
+// Where the kernel forbids the single copy, Open MPI's shared memory copies twice, and a message over
+// its eager limit (4 KiB) goes in 32 KiB pieces, each while the sender is inside an MPI call:
+// scripts/mpirun.sh raises the limit to 512 KiB there, so a 256 KiB activation moves at once.
+TEST_CASE("copying twice through shared memory, a 256 KiB message moves while its sender computes") {
+    if (std::system("\"${MPIRUN:-mpirun}\" --version 2>&1 | grep -q 'Open MPI'") != 0) {
+        MESSAGE("skipped: not Open MPI");
+        return;
+    }
+    const std::string flag = test::temp_dir("overlap_twice") + "/arrived";
+    setenv("PT_OVERLAP_FLAG", flag.c_str(), 1);
+    setenv("PT_OVERLAP_BYTES", "262144", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    Job job = launch(2, "overlap", 30, 60);
+    unsetenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    unsetenv("PT_OVERLAP_BYTES");
+    INFO("mpirun output:\n" << job.out);
+    CHECK(job.code == 0);
+    CHECK(has(job.out, "rank 0: the message arrived while rank 0 made no MPI call"));
+}
+
 TEST_CASE("a receive that nobody sends times out, naming the rank, the peer and the tag") {
     Job job = launch(2, "timeout", 2, 30, "rank 1: receiving");
     INFO("mpirun output:\n" << job.out);

@@ -140,6 +140,25 @@ TEST_CASE("--measured: the gradient tree inside the BWs, then the norm and AdamW
     }
 }
 
+// --measured ranks are this machine's CPU cores, each computing: a replica sum's adds and copies take
+// the core it would hide on (dp 2 on 2 cores, overlapped against not: 0.99-1.01x, docs/parallel-bench.md),
+// so with --measured no sum hides, --dp-overlap 1 or not; with --flops (devices that sum beside their
+// compute) it does (the replicas case above).
+TEST_CASE("--measured: a replica sum does not hide behind the backward of CPU ranks") {
+    Run r = run_cli("schedule --predict --preset tiny --seq 16 --stages 1 --dp 2 --batch 4 --micro-batches 2 --measured"
+                    " --links 1,0.01,1,0.01");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    CHECK(r.out.find("--dp-overlap 1 (CPU cores, each computing: no sum hides)") != std::string::npos);
+    double sum = 0, hidden = -1;
+    size_t at = r.out.find("\n   0 ");
+    REQUIRE(at != std::string::npos);
+    REQUIRE(std::sscanf(r.out.c_str() + at, "\n %*d %*d %*f / %*f / %*f %*f %lf (%lf)", &sum, &hidden) == 2);
+    CHECK(sum > 1);   // ms: the gradients over 0.01 GB/s
+    CHECK(hidden == 0);
+    const double norm = after(r.out, "the norm "), adamw = after(r.out, "AdamW ");
+    CHECK(after(r.out, "\nstep ") == doctest::Approx(after(r.out, "(pipeline ") + sum + norm + adamw).epsilon(0.002));
+}
+
 TEST_CASE("V-shaped chunks: the split balances the ranks, not only the chunks") {
     // `small` (6 blocks, vocabulary 8,000) over 2 ranks of 2 chunks. Balancing the 4 chunks alone
     // gave rank 1 four blocks and rank 0 two, the embedding and the head (17.45 against 10.64 ms a

@@ -13,7 +13,10 @@
 //   replicas  a rank's gradients (4 bytes a parameter) summed over the D replicas in a ring:
 //             2(D-1)/D · bytes / bandwidth + 2(D-1) · latency, on the across link when the replicas
 //             span nodes; with --dp-overlap 1 (as train) all of it but the last layer's share can hide
-//             behind the rank's last backward;
+//             behind the rank's last backward, on devices that sum beside their compute (GPUs: NCCL
+//             on a stream of its own). Not with --measured: its ranks are this machine's CPU cores,
+//             each busy computing, and a sum's adds and copies take the core it would hide on (dp 2
+//             on 2 cores: overlapped against not 0.99-1.01x on threads, processes and TCP alike);
 //   tied      with P > 1, ranks 0 and P-1 swap their copies of the word embedding's gradient (vocab ×
 //             hidden floats, both ways at once over their link) once the sums are done;
 //   passes    with --measured, the memory-bound passes over a rank's parameters, at rates timed here
@@ -52,7 +55,7 @@ struct Link {
 
 struct Shape {
     int P = 1, D = 1, M = 1, V = 1, rows = 1, T = 64, per_node = 1;
-    bool bf16 = false, zero = false, overlap = true;
+    bool bf16 = false, zero = false, overlap = true;   // overlap: a replica sum may hide (--dp-overlap 1, not --measured)
     Link within, across;
     const Link& link(int a, int b) const { return a / per_node == b / per_node ? within : across; }
 };
@@ -172,11 +175,12 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
                 count_of(s.D, "replica").c_str(), name.c_str(), s.V, count_of(s.M, "micro-batch", "micro-batches").c_str(),
                 count_of(s.rows, "row").c_str(), s.T, s.bf16 ? "bf16" : "fp32");
     std::printf("assumptions: compute %s; links within a node %g µs, %g GB/s, across %g µs, %g GB/s; %s a node (%s);"
-                " --zero %d, --dp-overlap %d\n",
+                " --zero %d, --dp-overlap %d%s\n",
                 a.has("--measured") ? "as measured here, the layers in a step's order, and the passes over the parameters" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
                 s.within.latency * 1e6, s.within.bandwidth / 1e9, s.across.latency * 1e6, s.across.bandwidth / 1e9,
                 count_of(s.per_node, "rank").c_str(), count_of((s.P * s.D + s.per_node - 1) / s.per_node, "node").c_str(), s.zero,
-                s.overlap);
+                int(a.integer("--dp-overlap", 1, 0, 1)),
+                a.has("--measured") && s.D > 1 ? " (CPU cores, each computing: no sum hides)" : "");
     double params = 0;   // the largest rank's
     for (const RankPrediction& r : rank) params = std::max(params, r.weights / 16);
     if (a.has("--measured"))
@@ -221,7 +225,7 @@ int predict_main(const Args& a) {
     s.rows = B / (s.D * s.M), s.T = int(a.integer("--seq", 512, 1, cfg.max_position_embeddings));
     s.per_node = int(a.integer("--ranks-per-node", s.P * s.D, 1, 1 << 20));
     s.bf16 = a.str("--dtype", "fp32") == "bf16", s.zero = a.integer("--zero", 0, 0, 1) == 1;
-    s.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1;
+    s.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1 && !a.has("--measured");
     read_links(a, s);
     std::string name = a.str("--schedule", s.P == 1 ? "gpipe" : "1f1b");   // train's default
     require_chunks(name, a.has("--chunks"));

@@ -232,8 +232,9 @@ void barrier(pp::Comm& comm) {
 
 // Rank 0 sends 2 MB ($PT_OVERLAP_BYTES: past Open MPI's default eager limits) and then computes: no MPI
 // call until rank 1 has it, which rank 1 says by creating the file $PT_OVERLAP_FLAG. Over Open MPI's
-// TCP transport the message moves without its sender only when it is sent eagerly (MpiWorld raises
-// the limit to 4 MiB). Rank 0 gives up after 10 s.
+// TCP transport, or its shared memory copying twice, the message moves without its sender only when
+// it is sent eagerly (MpiWorld raises TCP's limit to 4 MiB, scripts/mpirun.sh shared memory's to
+// 512 KiB). Rank 0 gives up after 10 s.
 void overlap(pp::Comm& comm) {
     const char* flag = std::getenv("PT_OVERLAP_FLAG");
     require(flag != nullptr, "overlap: PT_OVERLAP_FLAG (a file to create) is not set");

@@ -204,7 +204,7 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
                                                    : "the norm and AdamW not modelled";
     std::printf("step %s ms (pipeline %s ms, %s; then the tied copies' sum %s ms, %s) | bubble %.1f%% | %.0f tok/s"
                 " | memory per rank up to %s\n", ms(step).c_str(), ms(sim.makespan).c_str(),
-                a.has("--measured") ? ("its BWs holding the gradient tree's " + ms(tree) + " ms").c_str() : "no gradient tree",
+                a.has("--measured") ? ("its BWs holding the gradient tree's " + ms(tree) + " ms").c_str() : "the gradient tree not modelled",
                 ms(tied_sum_seconds(cfg, s)).c_str(), passes.c_str(), 100 * sim.bubble, double(B) * s.T / step,
                 human_bytes(most).c_str());
 }

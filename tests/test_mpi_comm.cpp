@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cli_util.hpp"
 #include "mpi_util.hpp"
@@ -103,44 +105,38 @@ TEST_CASE("a waiting process lends its core to the other's kernels, and the bits
     CHECK(given > 0);
 }
 
-// Open MPI's TCP transport sends a message over its eager limit only when the receiver asks, then
-// in pieces, each while the sender is inside an MPI call; MpiWorld raises the limit from 64 KiB to
-// 4 MiB, so a pipeline's activation moves while its sender computes. Both ranks on this machine,
-// every message over TCP (btl self,tcp); the worker's sender makes no MPI call until the receiver
-// has the 2 MB. Open MPI only: the variable means nothing to other MPIs.
-TEST_CASE("over TCP, a 2 MB message moves while its sender computes (Open MPI's eager limit)") {
+// The worker's "overlap" case with `env` (NAME, VALUE pairs) set for its launch: rank 0 sends, then
+// makes no MPI call until rank 1 has the message, and must say it arrived meanwhile. Open MPI only:
+// the eager limits it relies on mean nothing to other MPIs.
+namespace {
+void check_moves_while_sender_computes(const std::vector<std::pair<std::string, std::string>>& env) {
     if (std::system("\"${MPIRUN:-mpirun}\" --version 2>&1 | grep -q 'Open MPI'") != 0) {
         MESSAGE("skipped: not Open MPI");
         return;
     }
-    const std::string flag = test::temp_dir("overlap") + "/arrived";
-    setenv("PT_OVERLAP_FLAG", flag.c_str(), 1);
-    setenv("OMPI_MCA_btl", "self,tcp", 1);
+    setenv("PT_OVERLAP_FLAG", (test::temp_dir("overlap") + "/arrived").c_str(), 1);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     Job job = launch(2, "overlap", 30, 60);
-    unsetenv("OMPI_MCA_btl");
+    for (const auto& [name, value] : env) unsetenv(name.c_str());
     INFO("mpirun output:\n" << job.out);
     CHECK(job.code == 0);
     CHECK(has(job.out, "rank 0: the message arrived while rank 0 made no MPI call"));
+}
+}  // namespace
+
+// Open MPI's TCP transport sends a message over its eager limit only when the receiver asks, then
+// in pieces, each while the sender is inside an MPI call; MpiWorld raises the limit from 64 KiB to
+// 4 MiB, so a pipeline's activation moves while its sender computes. Both ranks on this machine,
+// every message over TCP (btl self,tcp), 2 MB.
+TEST_CASE("over TCP, a 2 MB message moves while its sender computes (Open MPI's eager limit)") {
+    check_moves_while_sender_computes({{"OMPI_MCA_btl", "self,tcp"}});
 }
 
 // Where the kernel forbids the single copy, Open MPI's shared memory copies twice, and a message over
 // its eager limit (4 KiB) goes in 32 KiB pieces, each while the sender is inside an MPI call:
 // scripts/mpirun.sh raises the limit to 512 KiB there, so a 256 KiB activation moves at once.
 TEST_CASE("copying twice through shared memory, a 256 KiB message moves while its sender computes") {
-    if (std::system("\"${MPIRUN:-mpirun}\" --version 2>&1 | grep -q 'Open MPI'") != 0) {
-        MESSAGE("skipped: not Open MPI");
-        return;
-    }
-    const std::string flag = test::temp_dir("overlap_twice") + "/arrived";
-    setenv("PT_OVERLAP_FLAG", flag.c_str(), 1);
-    setenv("PT_OVERLAP_BYTES", "262144", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    Job job = launch(2, "overlap", 30, 60);
-    unsetenv("OMPI_MCA_btl_vader_single_copy_mechanism");
-    unsetenv("PT_OVERLAP_BYTES");
-    INFO("mpirun output:\n" << job.out);
-    CHECK(job.code == 0);
-    CHECK(has(job.out, "rank 0: the message arrived while rank 0 made no MPI call"));
+    check_moves_while_sender_computes({{"OMPI_MCA_btl_vader_single_copy_mechanism", "none"}, {"PT_OVERLAP_BYTES", "262144"}});
 }
 
 TEST_CASE("a receive that nobody sends times out, naming the rank, the peer and the tag") {

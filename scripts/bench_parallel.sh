@@ -16,8 +16,6 @@ cd "$(dirname "$0")/.."
 source scripts/bench_train_lib.sh
 bench_start parallel-bench "$@"
 mpi=0; command -v mpirun >/dev/null && mpi=1
-inputs=$tmp/inputs-small.safetensors
-scripts/bench_cpu_peer.py inputs --preset small --batch 16 --seq 128 --out "$inputs"
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'; }
 

@@ -17,8 +17,6 @@ source scripts/bench_train_lib.sh
 bench_start predict-bench "$@"
 netns() { PT_NETNS_TIMEOUT=300 tests/netns_mpirun.sh 1 -- "$@"; }
 shape=(--preset small --batch 16 --seq 128 --stages 2 --micro-batches 8 --schedule 1f1b)
-inputs=$tmp/inputs-small.safetensors
-scripts/bench_cpu_peer.py inputs --preset small --batch 16 --seq 128 --out "$inputs"
 
 # ---- 1. the links --------------------------------------------------------------------------------
 links_of() { awk '/^--links value/ { print $NF }' "$1"; }

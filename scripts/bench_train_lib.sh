@@ -1,8 +1,10 @@
 # scripts/bench_train_lib.sh — sourced by the benchmarks that time `pipetrain train` runs
-# (bench_parallel.sh, bench_predict.sh): their flags, the build, a corpus, the steady step.
+# (bench_parallel.sh, bench_predict.sh): their flags, the build, the input batch, the steady step.
 #   bench_start NAME "$@"   reads --quick / --update-docs: sets quick, rounds, steps, table
 #                           (runs/NAME.md, or docs/NAME.md with --update-docs), builds pipetrain
-#                           (pt), makes tmp (removed at exit) and tmp/corpus.txt.
+#                           (pt), makes tmp (removed at exit) and $inputs: one fixed batch of
+#                           `small`'s own 8,000 words, 16 × 128 (a corpus would give the model
+#                           the corpus's vocabulary, a head and a tied embedding 25 times lighter).
 #   steady_ms LOG TOKENS    ms a step over the steady steps of a train log (the first two untimed)
 bench_start() {
   local name=$1 arg; shift
@@ -21,8 +23,8 @@ bench_start() {
   pt=$PWD/build/pipetrain
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  # Enough text for every step's 16 sequences of 128 (the same corpus, repeated).
-  for _ in $(seq 60); do cat tests/fixtures/text/sample_zh.txt; done >"$tmp/corpus.txt"
+  inputs=$tmp/inputs-small.safetensors
+  scripts/bench_cpu_peer.py inputs --preset small --batch 16 --seq 128 --out "$inputs"
 }
 
 # Step n's line gives the cumulative tok/s from the start, so step n ended at n·tokens / tok_s(n).

@@ -295,8 +295,8 @@ void pack_b_strip(const Kernel& kn, float* Bp, const float* B, int p0, int kc, i
     }
 }
 
-// All of op(B), packed once per call and shared by every block: slice p0 (kc rows) starts at
-// p0 * Npad, and its strip s at p0 * Npad + s * kc * NR.
+// All of op(B), packed once per call and shared by the blocks of rows: slice p0 (kc rows) starts
+// at p0 * Npad, and its strip s at p0 * Npad + s * kc * NR.
 void pack_b(const Kernel& kn, float* Bp, const float* B, int N, int K, bool transB) {
     const int NR = kn.NR, strips = (N + NR - 1) / NR, Npad = strips * NR;
     parallel_for((int64_t)strips, 4, [&](int64_t s0, int64_t s1) {
@@ -311,9 +311,11 @@ void pack_b(const Kernel& kn, float* Bp, const float* B, int N, int K, bool tran
 // One block of C, rows [i0, i0+mc) x columns [j0, j0+nc), through every slice of K. The chain's
 // partial sums live in C itself when beta == 0 (C's old values are never needed), else in `acc`.
 // Tiles cut by the edge of C run on a local MR x NR tile and copy back what is inside.
-void block(const Kernel& kn, float* C, const float* A, const float* Bp, const float* bias, int i0, int mc, int j0,
-           int nc, int M, int N, int K, bool transA, float alpha, float beta) {
-    thread_local std::vector<float> a_buf, acc_buf;
+// Bp: all of op(B), packed by pack_b; or null, and then each strip is packed here from B just
+// before its tiles use it (a block that alone uses its columns: see gemm).
+void block(const Kernel& kn, float* C, const float* A, const float* Bp, const float* B, bool transB, const float* bias,
+           int i0, int mc, int j0, int nc, int M, int N, int K, bool transA, float alpha, float beta) {
+    thread_local std::vector<float> a_buf, acc_buf, strip_buf;
     const int MR = kn.MR, NR = kn.NR, Npad = (N + NR - 1) / NR * NR;
     float* Ap = scratch(a_buf, (size_t)(mc + MR) * KC);
     const bool in_c = beta == 0.0f;
@@ -324,7 +326,14 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
         const int kc = std::min(KC, K - p0);
         kn.pack_a(Ap, A, MR, i0, mc, p0, kc, M, K, transA);
         for (int js = 0; js < nc; js += NR) {
-            const float* b = Bp + (size_t)p0 * Npad + (size_t)(j0 + js) / NR * kc * NR;
+            const float* b = nullptr;   // (kc, NR): this strip of op(B)
+            if (Bp) {
+                b = Bp + (size_t)p0 * Npad + (size_t)(j0 + js) / NR * kc * NR;
+            } else {
+                float* own = scratch(strip_buf, (size_t)KC * NR);
+                pack_b_strip(kn, own, B, p0, kc, j0 + js, N, K, transB);
+                b = own;
+            }
             for (int is = 0; is < mc; is += MR) {
                 float* t = T + (size_t)is * ldt + js;
                 const int rows = std::min(MR, mc - is), cols = std::min(NR, nc - js);
@@ -425,16 +434,21 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
         return;
     }
     const Kernel& kn = kernel_of(gemm_kernel());
-    thread_local std::vector<float> b_buf;
-    const int Npad = (N + kn.NR - 1) / kn.NR * kn.NR;
-    float* Bp = scratch(b_buf, (size_t)K * Npad);
-    pack_b(kn, Bp, B, N, K, transB);
     const Cut cut = cut_blocks(M, N, kn.MR, kn.NR, num_threads());
+    // With one block of rows, each strip of op(B) serves one block only: the block packs it where
+    // it uses it, in L1, instead of all of B going to memory packed and coming back.
+    const float* Bp = nullptr;
+    if (cut.rows_b > 1) {
+        thread_local std::vector<float> b_buf;
+        float* packed = scratch(b_buf, (size_t)K * ((N + kn.NR - 1) / kn.NR * kn.NR));
+        pack_b(kn, packed, B, N, K, transB);
+        Bp = packed;
+    }
     parallel_for((int64_t)cut.rows_b * cut.cols_b, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; t++) {
             const int i0 = cut.row_of(t) * cut.MC, j0 = cut.col_of(t) * cut.NCB;
-            block(kn, C, A, Bp, bias, i0, std::min(cut.MC, M - i0), j0, std::min(cut.NCB, N - j0), M, N, K, transA,
-                  alpha, beta);
+            block(kn, C, A, Bp, B, transB, bias, i0, std::min(cut.MC, M - i0), j0, std::min(cut.NCB, N - j0), M, N, K,
+                  transA, alpha, beta);
         }
     });
 }

@@ -238,8 +238,9 @@ TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
                     }
                     ops::set_num_threads(1);
                     ops::gemm_naive(C2.data(), A.data(), B.data(), b, M, N, K, ta, tb, alpha, beta);
-                    INFO(ops::gemm_kernel_name(k) << " M=" << M << " N=" << N << " K=" << K << " transA=" << ta
-                                                  << " transB=" << tb << " variant=" << variant);
+                    // a string: doctest prints a char* as its address
+                    INFO(std::string(ops::gemm_kernel_name(k)) << " M=" << M << " N=" << N << " K=" << K
+                                                               << " transA=" << ta << " transB=" << tb << " variant=" << variant);
                     CHECK(same_bits(C1, C2));
                 }
     }

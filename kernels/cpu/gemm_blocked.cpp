@@ -436,7 +436,8 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
     const Kernel& kn = kernel_of(gemm_kernel());
     const Cut cut = cut_blocks(M, N, kn.MR, kn.NR, num_threads());
     // With one block of rows, each strip of op(B) serves one block only: the block packs it where
-    // it uses it, in L1, instead of all of B going to memory packed and coming back.
+    // it uses it (32 KiB, still in cache for its tiles), instead of all of B going to memory packed
+    // and coming back (an MLM head: 38 rows against 8 MB of vocabulary, 1.2x faster).
     const float* Bp = nullptr;
     if (cut.rows_b > 1) {
         thread_local std::vector<float> b_buf;

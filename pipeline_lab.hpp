@@ -276,6 +276,13 @@ inline Schedule dualpipev(int P, int M) {
 struct Costs {
     double f = 1, bi = 1, bw = 1, comm = 0;
     bool overlap = false;  // an overlapped F&B pair (DualPipe) costs max(F, B) instead of F + B
+    // [micro-batch] what its weight gradient costs beyond bw, if given: a tree of gradient sums
+    // adds unevenly (src/pairwise.hpp: most adds at the last micro-batch, on the critical path).
+    std::vector<double> bw_extra = {};
+    double of(Op op, int microbatch) const {
+        double extra = op != Op::F && op != Op::BI && microbatch < int(bw_extra.size()) ? bw_extra[microbatch] : 0;
+        return (op == Op::F ? f : op == Op::B ? bi + bw : op == Op::BI ? bi : bw) + extra;
+    }
 };
 
 struct SimResult {
@@ -426,7 +433,7 @@ inline void run_action(SimResult& res, Sim& s, int r, double ready, const Costs&
     if (in.peer >= 0 && std::find(me.arrived.begin(), me.arrived.end(), in.tag) == me.arrived.end())
         throw std::runtime_error("rank " + std::to_string(r) + ", action " + to_string(a, s.V > 1) +
                                  ": runs before the action that produces its input");
-    double cost = a.op == Op::F ? costs.f : a.op == Op::B ? costs.bi + costs.bw : a.op == Op::BI ? costs.bi : costs.bw;
+    double cost = costs.of(a.op, a.microbatch);
     if (a.overlapped && costs.overlap) cost = std::max(0.0, cost - costs.f);  // the pair ends max(F, B) after it began
     res.events.push_back({r, a, false, ready, ready + cost, ""});
     res.busy[r] += cost;
@@ -538,9 +545,12 @@ inline std::vector<Plan> plan_for(const Schedule& schedule, int num_chunks = 0) 
 // (P-1)/(3M+P-1); each generator above states its own.
 inline SimResult simulate(const Schedule& schedule, const std::vector<Costs>& costs, int num_chunks = 0) {
     if (costs.size() != schedule.size()) throw std::invalid_argument("simulate: need one Costs per rank");
-    for (const Costs& k : costs)
-        for (double c : {k.f, k.bi, k.bw, k.comm})
+    for (const Costs& k : costs) {
+        std::vector<double> all = k.bw_extra;
+        all.insert(all.end(), {k.f, k.bi, k.bw, k.comm});
+        for (double c : all)
             if (!(c >= 0 && std::isfinite(c))) throw std::invalid_argument("simulate: costs must be finite and >= 0");
+    }
     int P = int(schedule.size());
     int V = detail::check_lists(schedule, 0, num_chunks);
     std::vector<Plan> plans = detail::make_plans(schedule, V);  // what the executor runs with plan_for
@@ -606,8 +616,7 @@ inline Schedule plan_greedy(int P, int M, const std::vector<Costs>& costs, const
         if (bi && f) bi = me.bi == 0 || !me.after_bi;  // both ready: F and BI take turns, as in 1F1B
         Action a = bi ? Action{Op::BI, me.bi} : f ? Action{Op::F, me.f} : Action{Op::BW, me.bw};
         if (a.op != Op::BW) me.after_bi = a.op == Op::BI;
-        double cost = a.op == Op::F ? c.f : a.op == Op::BI ? c.bi : c.bw;
-        me.clock = soonest + cost;
+        me.clock = soonest + c.of(a.op, a.microbatch);
         if (a.op == Op::F) f_end[r][me.f++] = me.clock;
         if (a.op == Op::BI) bi_end[r][me.bi++] = me.clock;
         if (a.op == Op::BW) me.bw++;

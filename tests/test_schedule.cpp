@@ -484,6 +484,32 @@ TEST_CASE("busy, idle, makespan and transfer cost") {
         if (e.comm) CHECK((e.transfer == 0 && e.end > e.start));
 }
 
+// Costs::bw_extra, a micro-batch's own weight-gradient cost (a tree of gradient sums adds unevenly:
+// src/cli/predict.cpp), lands where it falls. P = 2, M = 4, F = 1, B = 2: 1F1B ends at 15. In 1F1B
+// the last micro-batch's B is each rank's last action and rank 1's sends the gradient rank 0's
+// waits for, so 2 more on micro-batch 3 end it at 15 + 2 + 2 = 19 (worked by hand: rank 1's B3 runs
+// 11-15, rank 0's 15-19); the same 2 spread as 0.5 on each ends it at 17.5 (rank 1's B3 12.5-15,
+// rank 0's 15-17.5).
+TEST_CASE("bw_extra: a micro-batch's weight-gradient cost lands in its own B or BW") {
+    Costs base{1, 1, 1, 0}, last = base, spread = base;
+    last.bw_extra = {0, 0, 0, 2}, spread.bw_extra = {0.5, 0.5, 0.5, 0.5};
+    CHECK(simulate(one_f_one_b(2, 4), base).makespan == doctest::Approx(15));
+    CHECK(simulate(one_f_one_b(2, 4), last).makespan == doctest::Approx(19));
+    CHECK(simulate(one_f_one_b(2, 4), spread).makespan == doctest::Approx(17.5));
+    CHECK(simulate(one_f_one_b(2, 4), last).busy[0] == doctest::Approx(4 * 3 + 2));
+    // Split backwards: the extra goes to BW, never to BI or F.
+    CHECK(last.of(Op::BW, 3) == 3);
+    CHECK(last.of(Op::BI, 3) == 1);
+    CHECK(last.of(Op::F, 3) == 1);
+    CHECK(last.of(Op::B, 2) == 2);
+    CHECK(last.of(Op::BW, 7) == 1);   // micro-batches past the list cost bw alone
+    for (double bad : {-1.0, double(NAN), double(INFINITY)}) {
+        Costs c = base;
+        c.bw_extra = {0, bad};
+        CHECK_THROWS_AS(simulate(gpipe(2, 4), c), std::invalid_argument);
+    }
+}
+
 TEST_CASE("peak live micro-batches") {
     for (int P = 1; P <= 5; P++)
         for (int M = 1; M <= 12; M++) {

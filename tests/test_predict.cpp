@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -107,35 +108,40 @@ TEST_CASE("after the sums: the tied copies' swap over the first and last ranks' 
 }
 
 // --measured: the memory-bound passes over a rank's parameters at the rates timed here. The
-// micro-batches' gradient tree (src/model.cpp) zeroes ⌈M/2⌉ gradients (the gradients themselves, then
-// every even leaf after the first: an odd leaf is computed into its left neighbour) and adds ⌈M/2⌉ - 1
-// (the tree's buffers into one), inside the BWs; after the sums come the norm and AdamW.
-TEST_CASE("--measured: the gradient tree inside the BWs, then the norm and AdamW, at rates timed here") {
+// gradients are zeroed before the step; the micro-batches' gradient tree (src/model.cpp) zeroes
+// every even leaf after the first (an odd leaf is computed into its left neighbour, leaf 0 into the
+// gradients) and merges partial sums as a binary counter carries, inside the BWs: M = 5 zeroes
+// leaves 2 and 4 and adds at leaves 3 and 4 (the last: what is left), M = 8 zeroes 2, 4, 6 and adds
+// once at leaf 3 and twice at 7; one micro-batch has no tree. After the sums come the norm, the
+// clip's scaling and AdamW.
+TEST_CASE("--measured: the gradients zeroed, the gradient tree inside the BWs, then the norm, the clip and AdamW") {
     auto line = [](const std::string& out, const std::string& start) {   // the output's line that starts so
         size_t at = out.find("\n" + start);
         REQUIRE_MESSAGE(at != std::string::npos, out);
         return out.substr(at + 1, out.find('\n', at + 1) - at - 1);
     };
-    for (int M : {1, 5, 8}) {
+    for (auto [M, zeroed, added] : {std::array<int, 3>{1, 0, 0}, {5, 2, 2}, {8, 3, 3}}) {
         CAPTURE(M);
         Run r = run_cli("schedule --predict --preset tiny --seq 16 --stages 1 --batch " + std::to_string(M) +
                         " --micro-batches " + std::to_string(M) + " --measured");
         REQUIRE_MESSAGE(r.code == 0, r.out);
-        double zero = 0, add = 0, norm = 0, adamw = 0, params = 0, f = 0, bi = 0, bw = 0;   // ns a parameter; ms
+        double zero = 0, add = 0, norm = 0, scale = 0, adamw = 0, params = 0, f = 0, bi = 0, bw = 0;   // ns a parameter; ms
         REQUIRE(std::sscanf(line(r.out, "passes timed here").c_str(),
-                            "passes timed here, ns a parameter: zeroing %lf, adding %lf, sum of squares %lf, AdamW %lf"
-                            " (the largest rank: %lf parameters)", &zero, &add, &norm, &adamw, &params) == 5);
+                            "passes timed here, ns a parameter: zeroing %lf, adding %lf, sum of squares %lf, scaling %lf,"
+                            " AdamW %lf (the largest rank: %lf parameters)", &zero, &add, &norm, &scale, &adamw, &params) == 6);
         REQUIRE(std::sscanf(line(r.out, "   0 ").c_str(), "%*d %*d %lf / %lf / %lf", &f, &bi, &bw) == 3);
-        CHECK((zero > 0 && add > 0 && norm > 0 && adamw > 0 && params > 0));
+        CHECK((zero > 0 && add > 0 && norm > 0 && scale > 0 && adamw > 0 && params > 0));
         const std::string step = "\n" + line(r.out, "step ");
-        const int zeroed = (M + 1) / 2, added = zeroed - 1;
         const double tree_ms = params * (zeroed * zero + added * add) * 1e-6;
+        CHECK(after(step, "zeroing ") == doctest::Approx(params * zero * 1e-6).epsilon(0.002));
         CHECK(after(step, "gradient tree's ") == doctest::Approx(tree_ms).epsilon(0.002));
         // One stage, GPipe: the pipeline is M times the layers' F + BI + BW, and the tree.
         CHECK(after(step, "(pipeline ") == doctest::Approx(M * (f + bi + bw) + tree_ms).epsilon(0.002));
         CHECK(after(step, "the norm ") == doctest::Approx(params * norm * 1e-6).epsilon(0.002));
+        CHECK(after(step, "scaling ") == doctest::Approx(params * scale * 1e-6).epsilon(0.002));
         CHECK(after(step, "AdamW ") == doctest::Approx(params * adamw * 1e-6).epsilon(0.002));
-        CHECK(after(step, "\nstep ") == doctest::Approx(after(step, "(pipeline ") + after(step, "the norm ") +
+        CHECK(after(step, "\nstep ") == doctest::Approx(after(step, "zeroing ") + after(step, "(pipeline ") +
+                                                        after(step, "the norm ") + after(step, "scaling ") +
                                                         after(step, "AdamW ")).epsilon(0.002));
     }
 }
@@ -155,8 +161,8 @@ TEST_CASE("--measured: a replica sum does not hide behind the backward of CPU ra
     REQUIRE(std::sscanf(r.out.c_str() + at, "\n %*d %*d %*f / %*f / %*f %*f %lf (%lf)", &sum, &hidden) == 2);
     CHECK(sum > 1);   // ms: the gradients over 0.01 GB/s
     CHECK(hidden == 0);
-    const double norm = after(r.out, "the norm "), adamw = after(r.out, "AdamW ");
-    CHECK(after(r.out, "\nstep ") == doctest::Approx(after(r.out, "(pipeline ") + sum + norm + adamw).epsilon(0.002));
+    const double passes = after(r.out, "zeroing ") + after(r.out, "the norm ") + after(r.out, "scaling ") + after(r.out, "AdamW ");
+    CHECK(after(r.out, "\nstep ") == doctest::Approx(after(r.out, "(pipeline ") + sum + passes).epsilon(5e-4));
 }
 
 TEST_CASE("V-shaped chunks: the split balances the ranks, not only the chunks") {

@@ -20,14 +20,17 @@
 //   tied      with P > 1, ranks 0 and P-1 swap their copies of the word embedding's gradient (vocab ×
 //             hidden floats, both ways at once over their link) once the sums are done;
 //   passes    with --measured, the memory-bound passes over a rank's parameters, at rates timed here
-//             on 4M parameters: the micro-batches' gradient tree (src/model.cpp: ⌈M/2⌉ gradients
-//             zeroed, ⌈M/2⌉ - 1 added) spread over the rank's BWs; after the sums, the gradient
-//             norm's sum of squares and AdamW's update (1/D of the parameters with --zero 1);
+//             on 4M parameters out of the caches: the gradients zeroed before the step; the
+//             micro-batches' gradient tree (src/model.cpp: ⌈M/2⌉ - 1 leaves zeroed, ⌈M/2⌉ - 1 adds)
+//             in the BWs where each falls (most adds in the last: every rank's last backward is on
+//             the critical path); after the sums, the gradient norm's sum of squares, the clip's
+//             scaling (as where the norm exceeds --clip: early in training, at train's default 1)
+//             and AdamW's update (1/D of the parameters with --zero 1);
 //   memory    per rank: parameters, gradients and AdamW's two moments (16 bytes a parameter; the
 //             moments 1/D of it with --zero 1) plus the schedule's peak stashes × one micro-batch's
 //             stash of the rank's layers (measured here on one row, times the rows).
-// Not modelled: the passes without --measured, the norm's all-reduce (a float64 a tensor), kernel
-// launches, transfers that share a link and slow each other.
+// Not modelled: the passes without --measured, the norm's all-reduce (a float64 a tensor), the tied
+// copies' check (a hash of each), kernel launches, transfers that share a link and slow each other.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include "pipeline_lab.hpp"
+#include "src/pairwise.hpp"
 #include "src/cli/args.hpp"
 #include "src/cli/train.hpp"
 #include "src/device.hpp"
@@ -103,16 +107,21 @@ double tied_sum_seconds(const ModelConfig& cfg, const Shape& s) {
 }
 
 // Seconds a parameter of the memory-bound passes on this machine (as train runs them), each the best
-// of 3 on 4M parameters (linear in the parameters, so timed once for every rank).
+// of 3 on 4M parameters (linear in the parameters, so timed once for every rank). In a step the
+// micro-batches' activations pass through the caches between two passes over a parameter, so each
+// pass is timed on memory just pushed out of them: by a 256 MB write (64 MB did already on the Xeon,
+// whose 480 MB L3 is shared; warm, the passes ran 1.3-2.4× faster than cold, and a step's ran slower
+// still: AdamW 1.5, the sum of squares 1.2 ns a parameter against 1.2 and 1.2 cold, 0.9 and 0.6 warm).
 struct PassRates {
-    double zero = 0, add = 0, norm = 0, adamw = 0;
+    double zero = 0, add = 0, norm = 0, scale = 0, adamw = 0;
 };
 PassRates time_passes() {
     const int64_t n = 4'000'000;
-    std::vector<float> p(n, 0.01f), m(n), v(n), g(n, 1e-3f);
-    auto best_of_3 = [n](const std::function<void(int)>& pass) {
+    std::vector<float> p(n, 0.01f), m(n), v(n), g(n, 1e-3f), evict(64'000'000);
+    auto best_of_3 = [&](const std::function<void(int)>& pass) {
         double best = 1e9;
         for (int k = 1; k <= 3; k++) {
+            for (size_t i = 0; i < evict.size(); i += 16) evict[i] += 1.0f;   // a write to every 64-byte line
             auto t0 = std::chrono::steady_clock::now();
             pass(k);
             best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -124,42 +133,58 @@ PassRates time_passes() {
     r.zero = best_of_3([&](int) { std::fill(m.begin(), m.end(), 0.0f); });   // Array::zero on the CPU
     r.add = best_of_3([&](int) { dev::accumulate(v.data(), g.data(), int(n)); });
     r.norm = best_of_3([&](int) { sink += dev::sum_squares(g.data(), n); });
+    r.scale = best_of_3([&](int) { dev::scale(g.data(), 0.999f, int(n)); });
     r.adamw = best_of_3([&](int k) { dev::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k); });
     return r;
 }
 
-// The micro-batches' tree of one step over `params` gradients: ⌈M/2⌉ zeroed (the gradients, then
-// every even leaf after the first), ⌈M/2⌉ - 1 added (an odd leaf is computed into its left neighbour).
-double tree_seconds(const PassRates& rate, int M, double params) {
-    const int zeroed = (M + 1) / 2;
-    return params * (zeroed * rate.zero + (zeroed - 1) * rate.add);
+// The micro-batches' tree of one step, seconds a parameter in each micro-batch's BW, as
+// Layer::backward_weight (src/model.cpp) builds it: a new leaf zeroed (an odd leaf is computed into
+// its lone left neighbour; leaf 0 into the gradients, zeroed at the step's start), then the partial
+// sums that merge (at the last leaf, all that are left: most of the adds, on the critical path).
+std::vector<double> tree_per_leaf(const PassRates& rate, int M) {
+    std::vector<double> leaf(size_t(M), 0.0);
+    if (M < 2) return leaf;   // one micro-batch adds into the gradients directly
+    int adds = 0;
+    PairwiseSum<int> tree([&adds](int&, int&) { adds++; });
+    for (int i = 0; i < M; i++) {
+        adds = 0;
+        bool zeroed = i > 0 && !tree.lone_last();
+        tree.lone_last() ? tree.grow() : tree.push(0);
+        if (i == M - 1) tree.finish();
+        leaf[size_t(i)] = (zeroed ? rate.zero : 0) + adds * rate.add;
+    }
+    return leaf;
 }
 
 struct RankPrediction {
     double f = 0, bi = 0, bw = 0, comm = 0, sum = 0, hidden = 0, end = 0, weights = 0, stash = 0;
-    double tree = 0, norm = 0, adamw = 0;   // the passes (--measured)
+    double zeroing = 0, tree = 0, norm = 0, scale = 0, adamw = 0;   // the passes (--measured)
     int layers = 0, peak = 0;
 };
 
-// The step: each rank's last action, plus the part of its replica sum that did not hide, then the
-// norm and AdamW (after the norm's all-reduce: every rank waits for the slowest). Fills end, hidden, peak.
+// The step: the gradients' zeroing (each rank's, before its first action: rank 0's delays all, the
+// others' hide while they wait for their first input), each rank's last action, plus the part of
+// its replica sum that did not hide, then the norm and AdamW (after the norm's all-reduce: every
+// rank waits for the slowest). Fills end, hidden, peak.
 double step_seconds(const Shape& s, const pp::SimResult& sim, std::vector<RankPrediction>& rank) {
-    double step = 0, after = 0;
+    double step = 0, after = 0, zeroing = 0;
     for (int p = 0; p < s.P; p++) {
         RankPrediction& r = rank[p];
-        double last_backward = 0;
+        double last_backward = 0, first = 1e30;
         for (const pp::Event& e : sim.events)
             if (e.rank == p && !e.comm) {
-                r.end = std::max(r.end, e.end);
+                r.end = std::max(r.end, e.end), first = std::min(first, e.start);
                 if (e.action.op != pp::Op::F) last_backward = e.end - e.start;
             }
+        zeroing = std::max(zeroing, r.zeroing - first);
         // Overlapped, a layer's sum starts when its last BW ends: all but the last layer's hide.
         if (s.overlap && r.layers > 1) r.hidden = std::min(r.sum, last_backward * (r.layers - 1) / r.layers);
         r.peak = sim.peak_live[p];
         step = std::max(step, r.end + r.sum - r.hidden);
-        after = std::max(after, r.norm + r.adamw);
+        after = std::max(after, r.norm + r.scale + r.adamw);
     }
-    return step + after;
+    return zeroing + step + after;
 }
 
 std::string ms(double seconds) {
@@ -184,9 +209,9 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
     double params = 0;   // the largest rank's
     for (const RankPrediction& r : rank) params = std::max(params, r.weights / 16);
     if (a.has("--measured"))
-        std::printf("passes timed here, ns a parameter: zeroing %.4g, adding %.4g, sum of squares %.4g, AdamW %.4g"
-                    " (the largest rank: %.0f parameters)\n", 1e9 * rate.zero, 1e9 * rate.add, 1e9 * rate.norm,
-                    1e9 * rate.adamw, params);
+        std::printf("passes timed here, ns a parameter: zeroing %.4g, adding %.4g, sum of squares %.4g, scaling %.4g,"
+                    " AdamW %.4g (the largest rank: %.0f parameters)\n", 1e9 * rate.zero, 1e9 * rate.add, 1e9 * rate.norm,
+                    1e9 * rate.scale, 1e9 * rate.adamw, params);
     std::printf("rank  layers  F / BI / BW ms (a micro-batch)  transfer ms  replica sum ms (hidden)  weights+grads+moments"
                 "  peak stashes × bytes  memory\n");
     double most = 0;
@@ -198,13 +223,17 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
         std::printf("%4d  %6d  %30s  %11s  %23s  %21s  %8d × %9s  %6s\n", p, r.layers, times.c_str(), ms(r.comm).c_str(), sum.c_str(),
                     human_bytes(state).c_str(), r.peak, human_bytes(r.stash).c_str(), human_bytes(memory).c_str());
     }
-    double tree = 0, norm = 0, adamw = 0;   // the rank that spends most on each
-    for (const RankPrediction& r : rank) tree = std::max(tree, r.tree), norm = std::max(norm, r.norm), adamw = std::max(adamw, r.adamw);
-    const std::string passes = a.has("--measured") ? "the norm " + ms(norm) + " ms, AdamW " + ms(adamw) + " ms"
+    double zeroing = 0, tree = 0, norm = 0, scale = 0, adamw = 0;   // the rank that spends most on each
+    for (const RankPrediction& r : rank)
+        zeroing = std::max(zeroing, r.zeroing), tree = std::max(tree, r.tree), norm = std::max(norm, r.norm),
+        scale = std::max(scale, r.scale), adamw = std::max(adamw, r.adamw);
+    const std::string passes = a.has("--measured") ? "the norm " + ms(norm) + " ms, the clip's scaling " + ms(scale) +
+                                                         " ms, AdamW " + ms(adamw) + " ms"
                                                    : "the norm and AdamW not modelled";
     std::printf("step %s ms (pipeline %s ms, %s; then the tied copies' sum %s ms, %s) | bubble %.1f%% | %.0f tok/s"
                 " | memory per rank up to %s\n", ms(step).c_str(), ms(sim.makespan).c_str(),
-                a.has("--measured") ? ("its BWs holding the gradient tree's " + ms(tree) + " ms").c_str() : "the gradient tree not modelled",
+                a.has("--measured") ? ("after the gradients' zeroing " + ms(zeroing) + " ms, its BWs holding the gradient tree's " +
+                                       ms(tree) + " ms").c_str() : "the gradient tree not modelled",
                 ms(tied_sum_seconds(cfg, s)).c_str(), passes.c_str(), 100 * sim.bubble, double(B) * s.T / step,
                 human_bytes(most).c_str());
 }
@@ -252,9 +281,11 @@ int predict_main(const Args& a) {
             if (q >= 0 && q < s.P) r.comm = std::max(r.comm, s.link(p, q).seconds(message));
         if (s.V == 2) r.comm = std::max(r.comm, s.link(p, s.P - 1 - p).seconds(message));   // the V turns at the last rank
         const double params = r.weights / 16;   // 16 bytes a parameter
-        r.tree = tree_seconds(rate, s.M, params), r.norm = rate.norm * params;
+        r.zeroing = rate.zero * params, r.norm = rate.norm * params, r.scale = rate.scale * params;
         r.adamw = rate.adamw * params / (s.zero ? s.D : 1);
-        costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V + r.tree / (s.M * s.V), r.comm};
+        costs[p] = {r.f / s.V, r.bi / s.V, r.bw / s.V, r.comm};
+        for (double leaf : tree_per_leaf(rate, s.M))   // each chunk's layers sum a tree of their own
+            costs[p].bw_extra.push_back(leaf * params / s.V), r.tree += leaf * params;
         r.sum = replica_sum_seconds(s, p, params * 4);
     }
     pp::SimResult sim = pp::simulate(schedule, costs, s.V);

@@ -162,7 +162,7 @@ void same_blocks(LayerCosts& c) {
     for (int i = 1; i < L - 1; i++) c.cost[i] = c.f[i] + c.bi[i] + c.bw[i];
 }
 // One pass of a step's order: every layer's forward, then from the last layer back every layer's
-// BI and BW, each timed (keeping the least). A layer timed alone, forward and backward back to back,
+// BI and BW, each timed. A layer timed alone, forward and backward back to back,
 // finds its weights and stash still in the core's cache; in a step other layers have run in between
 // (`small`, 8 micro-batches of 2 rows on 1 thread: timed alone 628 ms of layers, in this order 751,
 // the run's compute 788).
@@ -179,16 +179,16 @@ void time_step_order(LayerCosts& costs, const std::vector<std::unique_ptr<Layer>
         auto t0 = Clock::now();
         outs[i] = Buf(layers[i]->out_numel(mb.B, mb.T));
         stashes[i] = layers[i]->forward(outs[i].data(), i == 0 ? nullptr : x, mb, opt);
-        costs.f[i] = std::min(costs.f[i], seconds(t0));
+        costs.f[i] = seconds(t0);
         costs.stash[i] = double(stashes[i]->bytes());
     }
     for (int i = L - 1; i >= 0; i--) {
         auto t0 = Clock::now();
         layers[i]->backward_input(i == 0 ? nullptr : dx, dout, *stashes[i], mb, opt);
-        costs.bi[i] = std::min(costs.bi[i], seconds(t0));
+        costs.bi[i] = seconds(t0);
         t0 = Clock::now();
         layers[i]->backward_weight(*stashes[i], mb, opt);
-        costs.bw[i] = std::min(costs.bw[i], seconds(t0));
+        costs.bw[i] = seconds(t0);
     }
 }
 }  // namespace
@@ -223,18 +223,28 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
     size_t NC = size_t(B) * T * cfg.hidden_size;
     Buf x, dx(NC), dout;
     x.assign(std::vector<float>(NC, 0.5f)), dout.assign(std::vector<float>(NC, 1e-3f));
-    costs.f = costs.bi = costs.bw = costs.stash = std::vector<double>(L, 1e30);
+    costs.f = costs.bi = costs.bw = costs.stash = std::vector<double>(L, 0.0);
     std::vector<std::unique_ptr<Layer>> layers;
     for (int i = 0; i < L; i++) {
         layers.push_back(make_layer(cfg, i));
         layers.back()->init(1, 0.02f);
         costs.weights[i] = 4.0 * sizeof(float) * double(layers.back()->params.size());   // parameter, gradient, two AdamW moments
     }
-    // Each piece: the best of 3, after one untimed pass (its first calls allocate and fault memory in).
+    // Each piece: the median of 3, after one untimed pass (its first calls allocate and fault memory
+    // in). Not the least of 3: a run's layers take their usual time, which the least undercut by 1-2%
+    // (`small`, 2 stages: `schedule --predict --measured` against the run's trace).
+    std::vector<LayerCosts> reps;
     for (int rep = by == "time" ? -1 : 0; rep < (by == "time" ? 3 : 1); rep++) {
-        if (rep == 0) costs.f = costs.bi = costs.bw = std::vector<double>(L, 1e30);
         time_step_order(costs, layers, mb, opt, x.data(), dx.data(), dout.data());
+        if (rep >= 0) reps.push_back(costs);
     }
+    for (int i = 0; i < L; i++)
+        for (std::vector<double> LayerCosts::*v : {&LayerCosts::f, &LayerCosts::bi, &LayerCosts::bw}) {
+            std::vector<double> t;
+            for (const LayerCosts& r : reps) t.push_back((r.*v)[i]);
+            std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+            (costs.*v)[i] = t[t.size() / 2];
+        }
     for (int i = 0; i < L; i++) costs.cost[i] = by == "memory" ? costs.stash[i] : costs.f[i] + costs.bi[i] + costs.bw[i];
     set_device(caller);
     if (by == "time") same_blocks(costs);

@@ -165,8 +165,8 @@ struct RankPrediction {
 
 // The step: the gradients' zeroing (each rank's, before its first action: rank 0's delays all, the
 // others' hide while they wait for their first input), each rank's last action, plus the part of
-// its replica sum that did not hide, then the norm and AdamW (after the norm's all-reduce: every
-// rank waits for the slowest). Fills end, hidden, peak.
+// its replica sum that did not hide, then the norm, the clip's scaling and AdamW (after the norm's
+// all-reduce: every rank waits for the slowest). Fills end, hidden, peak.
 double step_seconds(const Shape& s, const pp::SimResult& sim, std::vector<RankPrediction>& rank) {
     double step = 0, after = 0, zeroing = 0;
     for (int p = 0; p < s.P; p++) {

@@ -1,5 +1,6 @@
 // kernels/cpu/gemm_blocked.cpp — the CPU speed track's GEMM: a cache-blocked kernel with three
-// register-tile micro-kernels (plain C++, AVX2 + FMA, AVX-512), bit-equal to gemm_naive
+// register-tile micro-kernels (plain C++, AVX2 + FMA, AVX-512; the last two also read A in place
+// for blocks of few columns, where packing it would not pay), bit-equal to gemm_naive
 // (kernels/cpu/gemm.cpp, the specification) on any shape and thread count: it computes the same
 // chain per output (kernels/cpu/gemm_chain.hpp) and only visits the outputs in another order.
 #include "kernels/ops.hpp"
@@ -33,7 +34,12 @@ using chain::finish;
 // Each advances an MR x NR tile of C (row stride ldc) by kc steps of the chain, reading a packed
 // strip of A (Ap[k][r], MR floats per k) and of B (Bp[k][c], NR floats per k). `load` = false
 // starts the chain at 0 (the first slice of K), true continues it from the floats in c.
+// The in-place form reads op(A) where it lies instead, element (r, k) of the strip at
+// A[r * rs + k * ks] (an (M, K) A: rs = K, ks = 1; a (K, M) A: rs = 1, ks = M), for `rows` <= MR
+// rows: the same chain on the same floats, so the same bits (block says when it pays).
 using TileFn = void (*)(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load);
+using TileInPlaceFn = void (*)(int rows, int kc, const float* A, int64_t rs, int64_t ks, const float* Bp, float* c,
+                               int ldc, bool load);
 
 // v1 plain C++: the tile in a local array; GCC vectorises the j loop with fma instructions
 // where the target has them (with -march=native), and std::fma is still exact where it has not.
@@ -52,25 +58,35 @@ void tile_plain(int kc, const float* Ap, const float* Bp, float* c, int ldc, boo
 #ifdef PT_X86
 // v2 AVX2 + FMA: 6 rows x 2 vectors of 8 = 12 accumulators of the 16 ymm registers, plus the
 // two B vectors and the broadcast A value (the classic Haswell tile).
+// R <= 6 rows, A at strides (rs, ks): inlined with the packed strides (1, 6) as constants for tile_avx2.
 constexpr int kAvx2MR = 6, kAvx2NR = 16;
-__attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* Ap, const float* Bp, float* c, int ldc,
-                                                   bool load) {
-    __m256 t[kAvx2MR][2];
+template <int R>
+__attribute__((target("avx2,fma"), always_inline)) inline void avx2_tile(int kc, const float* A, int64_t rs, int64_t ks,
+                                                                          const float* Bp, float* c, int ldc, bool load) {
+    __m256 t[R][2];
 #pragma GCC unroll 6
-    for (int i = 0; i < kAvx2MR; i++)
+    for (int i = 0; i < R; i++)
         for (int v = 0; v < 2; v++) t[i][v] = load ? _mm256_loadu_ps(c + i * ldc + 8 * v) : _mm256_setzero_ps();
-    for (int k = 0; k < kc; k++, Ap += kAvx2MR, Bp += kAvx2NR) {
+    for (int k = 0; k < kc; k++, A += ks, Bp += kAvx2NR) {
         const __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
 #pragma GCC unroll 6
-        for (int i = 0; i < kAvx2MR; i++) {
-            const __m256 a = _mm256_broadcast_ss(Ap + i);
+        for (int i = 0; i < R; i++) {
+            const __m256 a = _mm256_broadcast_ss(A + i * rs);
             t[i][0] = _mm256_fmadd_ps(a, b0, t[i][0]);
             t[i][1] = _mm256_fmadd_ps(a, b1, t[i][1]);
         }
     }
 #pragma GCC unroll 6
-    for (int i = 0; i < kAvx2MR; i++)
+    for (int i = 0; i < R; i++)
         for (int v = 0; v < 2; v++) _mm256_storeu_ps(c + i * ldc + 8 * v, t[i][v]);
+}
+__attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load) {
+    avx2_tile<kAvx2MR>(kc, Ap, 1, kAvx2MR, Bp, c, ldc, load);
+}
+template <int R>
+__attribute__((target("avx2,fma"))) void avx2_in_place_rows(int kc, const float* A, int64_t rs, int64_t ks, const float* Bp,
+                                                            float* c, int ldc, bool load) {
+    avx2_tile<R>(kc, A, rs, ks, Bp, c, ldc, load);
 }
 
 // v3 AVX-512: 14 rows x 2 vectors of 16 = 28 accumulators of the 32 zmm registers, plus the two
@@ -80,18 +96,18 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* Ap, cons
 // R < 14 rows: the last strip of an M that 14 does not divide (M = 256: 18 strips and 4 rows)
 // computes and stores only its R rows (the strip is still packed 14 wide, zero-padded).
 constexpr int kAvx512MR = 14, kAvx512NR = 32;
-template <int R>
-__attribute__((target("avx512f"))) void tile_avx512_rows(int kc, const float* Ap, const float* Bp, float* c, int ldc,
-                                                         bool load) {
+template <int R>   // R <= 14 rows, A at strides (rs, ks): inlined with the packed strides (1, 14) as constants
+__attribute__((target("avx512f"), always_inline)) inline void avx512_tile(int kc, const float* A, int64_t rs, int64_t ks,
+                                                                           const float* Bp, float* c, int ldc, bool load) {
     __m512 t[R > 0 ? R : 1][2];
 #pragma GCC unroll 14
     for (int i = 0; i < R; i++)
         for (int v = 0; v < 2; v++) t[i][v] = load ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
-    for (int k = 0; k < kc; k++, Ap += kAvx512MR, Bp += kAvx512NR) {
+    for (int k = 0; k < kc; k++, A += ks, Bp += kAvx512NR) {
         const __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
 #pragma GCC unroll 14
         for (int i = 0; i < R; i++) {
-            const __m512 a = _mm512_set1_ps(Ap[i]);
+            const __m512 a = _mm512_set1_ps(A[i * rs]);
             t[i][0] = _mm512_fmadd_ps(a, b0, t[i][0]);
             t[i][1] = _mm512_fmadd_ps(a, b1, t[i][1]);
         }
@@ -99,6 +115,16 @@ __attribute__((target("avx512f"))) void tile_avx512_rows(int kc, const float* Ap
 #pragma GCC unroll 14
     for (int i = 0; i < R; i++)
         for (int v = 0; v < 2; v++) _mm512_storeu_ps(c + i * ldc + 16 * v, t[i][v]);
+}
+template <int R>
+__attribute__((target("avx512f"))) void tile_avx512_rows(int kc, const float* Ap, const float* Bp, float* c, int ldc,
+                                                         bool load) {
+    avx512_tile<R>(kc, Ap, 1, kAvx512MR, Bp, c, ldc, load);
+}
+template <int R>
+__attribute__((target("avx512f"))) void avx512_in_place_rows(int kc, const float* A, int64_t rs, int64_t ks,
+                                                             const float* Bp, float* c, int ldc, bool load) {
+    avx512_tile<R>(kc, A, rs, ks, Bp, c, ldc, load);
 }
 constexpr auto tile_avx512 = tile_avx512_rows<kAvx512MR>;
 
@@ -109,6 +135,27 @@ constexpr std::array<TileFn, sizeof...(R)> avx512_tiles(std::integer_sequence<in
 void tile_avx512_part(int rows, int kc, const float* Ap, const float* Bp, float* c, int ldc, bool load) {
     static constexpr auto by_rows = avx512_tiles(std::make_integer_sequence<int, kAvx512MR>());
     by_rows[rows](kc, Ap, Bp, c, ldc, load);
+}
+
+// The in-place tiles by their rows, 1 to MR.
+using InPlaceRowsFn = void (*)(int kc, const float* A, int64_t rs, int64_t ks, const float* Bp, float* c, int ldc, bool load);
+template <int... R>
+constexpr std::array<InPlaceRowsFn, sizeof...(R)> avx2_in_place_tiles(std::integer_sequence<int, R...>) {
+    return {avx2_in_place_rows<R + 1>...};
+}
+template <int... R>
+constexpr std::array<InPlaceRowsFn, sizeof...(R)> avx512_in_place_tiles(std::integer_sequence<int, R...>) {
+    return {avx512_in_place_rows<R + 1>...};
+}
+void tile_avx2_in_place(int rows, int kc, const float* A, int64_t rs, int64_t ks, const float* Bp, float* c, int ldc,
+                        bool load) {
+    static constexpr auto by_rows = avx2_in_place_tiles(std::make_integer_sequence<int, kAvx2MR>());
+    by_rows[rows - 1](kc, A, rs, ks, Bp, c, ldc, load);
+}
+void tile_avx512_in_place(int rows, int kc, const float* A, int64_t rs, int64_t ks, const float* Bp, float* c, int ldc,
+                          bool load) {
+    static constexpr auto by_rows = avx512_in_place_tiles(std::make_integer_sequence<int, kAvx512MR>());
+    by_rows[rows - 1](kc, A, rs, ks, Bp, c, ldc, load);
 }
 #endif
 
@@ -225,14 +272,15 @@ struct Kernel {
     PackFn pack_a;
     PackBtFn pack_bt;     // null: pack_b_strip's loop
     TilePartFn tile_part;   // rows < MR of a tile; null: all MR rows, into a local tile
+    TileInPlaceFn tile_in_place;   // null: A is always packed
 };
 
 const Kernel& kernel_of(GemmKernel k) {
-    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr, nullptr};
+    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr, nullptr, nullptr};
 #ifdef PT_X86
-    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr, nullptr};
+    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr, nullptr, tile_avx2_in_place};
     static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512, pack_bt_avx512,
-                                   tile_avx512_part};
+                                   tile_avx512_part, tile_avx512_in_place};
     if (k == GemmKernel::avx512) return avx512;
     if (k == GemmKernel::avx2) return avx2;
 #endif
@@ -267,6 +315,7 @@ std::atomic<GemmKernel>& chosen() {
 // threads +0-6% at 9 of the 10 `small` shapes (256x1024x2048 tn 0.93 -> 0.99 of OpenBLAS), 1 thread
 // within ±2%. Not measured on a 512 KiB L2 (the EPYC), where the block still fits.
 constexpr int KC = 256, MC_MAX = 256, NCB_MAX = 512;
+constexpr int kInPlaceCols = 128;   // a block this narrow reads op(A) in place (see block)
 
 // A buffer of floats aligned to 64 bytes, kept per thread between calls (no allocation per GEMM).
 float* scratch(std::vector<float>& v, size_t n) {
@@ -317,14 +366,22 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
            int i0, int mc, int j0, int nc, int M, int N, int K, bool transA, float alpha, float beta) {
     thread_local std::vector<float> a_buf, acc_buf, strip_buf;
     const int MR = kn.MR, NR = kn.NR, Npad = (N + NR - 1) / NR * NR;
-    float* Ap = scratch(a_buf, (size_t)(mc + MR) * KC);
+    // A block of at most 128 columns reads op(A) in place: a strip of A packed (0.6-0.85 of a tile)
+    // would serve too few tiles to repay it. 1 thread, against packing, AVX-512 (4 strips of 32):
+    // 2048 x 64 x 256 nt 1.08x, 128 x 64 x 128 nn 1.25x, an attention head's 128 x 16 x 128 (tiny)
+    // 1.55x; AVX2 (8 strips of 16): 1.12-1.37x, 128 x 16 x 128 2.1x. At 256 columns: within ±5%
+    // either way, so not there. Not a (K, M) A of more than 256 columns: each k of a strip would be
+    // on a page of its own, and the TLB misses cost more than the packing (1024 x 64 x 2048 tn 0.82x).
+    const bool in_place = kn.tile_in_place && nc <= kInPlaceCols && (!transA || M <= 256);
+    const int64_t rs = transA ? 1 : K, ks = transA ? M : 1;   // op(A)(r, k) at A[r * rs + k * ks]
+    float* Ap = in_place ? nullptr : scratch(a_buf, (size_t)(mc + MR) * KC);
     const bool in_c = beta == 0.0f;
     const int ldt = in_c ? N : (nc + NR - 1) / NR * NR;   // row stride of the partial sums
     float* T = in_c ? C + (size_t)i0 * N + j0 : scratch(acc_buf, (size_t)((mc + MR - 1) / MR * MR) * ldt);
     float edge[32 * 32];
     for (int p0 = 0; p0 < K; p0 += KC) {
         const int kc = std::min(KC, K - p0);
-        kn.pack_a(Ap, A, MR, i0, mc, p0, kc, M, K, transA);
+        if (!in_place) kn.pack_a(Ap, A, MR, i0, mc, p0, kc, M, K, transA);
         for (int js = 0; js < nc; js += NR) {
             const float* b = nullptr;   // (kc, NR): this strip of op(B)
             if (Bp) {
@@ -338,11 +395,12 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
                 float* t = T + (size_t)is * ldt + js;
                 const int rows = std::min(MR, mc - is), cols = std::min(NR, nc - js);
                 auto run = [&](float* dst, int ld) {
-                    if (rows < MR && kn.tile_part) kn.tile_part(rows, kc, Ap + (size_t)is * kc, b, dst, ld, p0 > 0);
+                    if (in_place) kn.tile_in_place(rows, kc, A + (i0 + is) * rs + p0 * ks, rs, ks, b, dst, ld, p0 > 0);
+                    else if (rows < MR && kn.tile_part) kn.tile_part(rows, kc, Ap + (size_t)is * kc, b, dst, ld, p0 > 0);
                     else kn.tile(kc, Ap + (size_t)is * kc, b, dst, ld, p0 > 0);
                 };
                 // acc (beta != 0) has whole tiles; C itself only its own rows and columns
-                if (!in_c || ((rows == MR || kn.tile_part) && cols == NR)) {
+                if (!in_c || ((rows == MR || kn.tile_part || in_place) && cols == NR)) {
                     run(t, ldt);
                     continue;
                 }

@@ -205,10 +205,12 @@ TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta
 // for bit: shapes that cut every register and cache tile (MR 6/14, NR 16/32, KC 256, blocks of
 // 256 rows and 512 columns), every transpose, alpha/beta/bias, and beta = 0 over NaN garbage.
 // Where C is one block of rows, each block packs its own strips of B; with more, B is packed once
-// for all (38 x 1100 x 600: an MLM head's few rows, several blocks of columns and of K).
+// for all (38 x 1100 x 600: an MLM head's few rows, several blocks of columns and of K). Blocks of
+// at most 128 columns read A in place (all but the two wide ones; 40 x 100 x 300: 7 strips of AVX2's
+// 16, 4 of AVX-512's 32), except a transposed A wider than 256 columns (301 x 40 x 600).
 TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
     const int sizes[][3] = {{1, 1, 1}, {5, 15, 3}, {13, 33, 257}, {145, 17, 513}, {12, 32, 256},
-                            {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}, {38, 1100, 600}};
+                            {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}, {38, 1100, 600}, {40, 100, 300}};
     const ops::GemmKernel before = ops::gemm_kernel();
     int ran = 0;
     for (ops::GemmKernel k : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512}) {

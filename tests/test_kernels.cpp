@@ -1148,3 +1148,32 @@ TEST_CASE("sum_squares matches a float64 loop and is thread-invariant") {
         return std::vector<Vec>{bits, p, m, v};
     }, "sum_squares and adamw");
 }
+
+// Layer norm and sum_squares add their float64 sums for 8 rows (or chunks) at once, each in its own
+// order (vecmath.hpp's chain_sums): every output must have the bits of its row (or chunk) computed
+// alone, whichever group it fell in.
+TEST_CASE("row-grouped sums give the bits of each row computed alone") {
+    const int N = 21, C = 203;   // groups of 8, then 5 rows alone
+    const Vec inp = random_vec(N * C, 191, -3.0f, 3.0f), w = random_vec(C, 192), b = random_vec(C, 193);
+    const Vec dout = random_vec(N * C, 194);
+    Vec out(N * C), mean(N), rstd(N), dinp(N * C, 0.5f);
+    ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, 1e-5f);
+    ops::layernorm_backward(dinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+    for (int n = 0; n < N; n++) {
+        INFO("row " << n);
+        Vec o(C), m(1), r(1), di(C, 0.5f);
+        ops::layernorm_forward(o.data(), m.data(), r.data(), &inp[n * C], w.data(), b.data(), 1, C, 1e-5f);
+        ops::layernorm_backward(di.data(), nullptr, nullptr, &dout[n * C], &inp[n * C], w.data(), m.data(), r.data(), 1, C);
+        CHECK(same_bits(o, Vec(&out[n * C], &out[(n + 1) * C])));
+        CHECK(same_bits(m, Vec{mean[n]}));
+        CHECK(same_bits(r, Vec{rstd[n]}));
+        CHECK(same_bits(di, Vec(&dinp[n * C], &dinp[(n + 1) * C])));
+    }
+    // sum_squares: the chunks' sums (2^14 elements, the last one short) added in order from 0.0.
+    const int64_t chunk = 1 << 14, M = 19 * chunk + 1234;   // 2 groups of 8 chunks, then 4 alone
+    const Vec x = random_vec(M, 196, -2.0f, 2.0f);
+    double total = 0.0;
+    for (int64_t c = 0; c < M; c += chunk) total += ops::sum_squares(&x[c], std::min(chunk, M - c));
+    const double got = ops::sum_squares(x.data(), M);
+    CHECK(std::memcmp(&got, &total, sizeof got) == 0);
+}

@@ -55,21 +55,23 @@ void add_head(float* x, const float* xh, int T, int HS, int C) {
     for (int t = 0; t < T; t++) axpy(x + (size_t)t * C, 1.0f, xh + (size_t)t * HS, HS);
 }
 
-// Row i of the scores S (T) into probabilities, in place: masked keys get exactly zero, the rest
-// exp(score * scale - max) / sum. Returns lse_i = max + log(sum), -inf when every key is masked.
-float softmax_row(float* s, const int32_t* mask, bool causal, int b, int i, int T, float scale) {
-    for (int j = 0; j < T; j++) s[j] = visible(mask, causal, b, i, j, T) ? s[j] * scale : -INFINITY;
-    const float maxv = max32(s, T);   // vectorised (vecmath.hpp)
-    if (maxv == -INFINITY) {   // every key masked (an all-padding row): no attention
-        std::fill(s, s + T, 0.0f);
-        return -INFINITY;
+// Rows i0 .. i0 + R of the scores S (R, T) into probabilities in place: exactly 0 at masked keys, else
+// exp(score * scale - max) / sum, the R sums at once (chain_sums); lse[r] = max + log(sum), or -inf.
+template <int R>
+void softmax_rows(float* lse, float* s, const int32_t* mask, bool causal, int b, int i0, int T, float scale) {
+    float sum[R];
+    for (int r = 0; r < R; r++) {
+        float* row = s + (size_t)r * T;   // (T)
+        for (int j = 0; j < T; j++) row[j] = visible(mask, causal, b, i0 + r, j, T) ? row[j] * scale : -INFINITY;
+        const float maxv = lse[r] = max32(row, T);   // vectorised; -inf: every key masked, no attention
+        for (int j = 0; j < T; j++) row[j] = row[j] == -INFINITY ? 0.0f : exp32(row[j] - maxv);   // vectorises
     }
-    for (int j = 0; j < T; j++) s[j] = s[j] == -INFINITY ? 0.0f : exp32(s[j] - maxv);   // vectorises
-    float sum = 0.0f;
-    for (int j = 0; j < T; j++) sum += s[j];
-    const float inv = 1.0f / sum;
-    for (int j = 0; j < T; j++) s[j] *= inv;
-    return maxv + std::log(sum);
+    chain_sums(sum, T, [&](int r, int j) { return s[(size_t)r * T + j]; });
+    for (int r = 0; r < R; r++) {
+        if (lse[r] == -INFINITY) continue;   // its row is all zeros already
+        for (int j = 0; j < T; j++) s[(size_t)r * T + j] *= 1.0f / sum[r];
+        lse[r] += std::log(sum[r]);
+    }
 }
 
 // Both forwards, one (b, h) pair at a time as matrices: S = Q K^T (ops::gemm: each score is the
@@ -84,7 +86,7 @@ void forward(float* out, float* att, float* lse,
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
         std::vector<float> qh((size_t)T * HS), kh((size_t)T * HS), vh((size_t)T * HS), oh((size_t)T * HS);
-        std::vector<float> S((size_t)T * T), W((size_t)T * T), z(T);   // (T, T), (T, T), (T)
+        std::vector<float> S((size_t)T * T), W((size_t)T * T), z(T), l(T);   // (T, T), (T, T), (T), (T): l is v1's lse (not kept)
         for (int64_t bh = bh0; bh < bh1; bh++) {
             const int b = (int)(bh / NH), h = (int)(bh % NH);
             const size_t base = (size_t)b * T * C + h * HS;  // row t of this head at base + t * C
@@ -93,10 +95,10 @@ void forward(float* out, float* att, float* lse,
             gather_head(vh.data(), v + base, T, HS, C);
             float* P = att ? att + (size_t)bh * T * T : S.data();
             gemm(P, qh.data(), kh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);
+            float* L = lse ? lse + bh * T : l.data();   // (T)
+            by_groups<8>(0, T, [&](auto R, int i0) { softmax_rows<R()>(L + i0, P + (size_t)i0 * T, mask, causal, b, i0, T, scale); });
             for (int i = 0; i < T; i++) {
-                float* row = P + (size_t)i * T;
-                const float l = softmax_row(row, mask, causal, b, i, T, scale);
-                if (lse) lse[bh * T + i] = l;
+                const float* row = P + (size_t)i * T;
                 keep_row(z.data(), p, s, key, bh, i, T);
                 for (int j = 0; j < T; j++) W[(size_t)i * T + j] = row[j] * z[j];
             }

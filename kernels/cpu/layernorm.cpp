@@ -1,6 +1,7 @@
 // kernels/cpu/layernorm.cpp — layer normalisation over the last dimension (llm.c's formulas).
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vecmath.hpp"
 
 #include <cmath>
 #include <vector>
@@ -10,51 +11,42 @@ namespace ops {
 void layernorm_forward(float* out, float* mean, float* rstd,
                        const float* inp, const float* weight, const float* bias,
                        int N, int C, float eps) {
+    // Rows 8 at a time (by_groups), so that their float64 sums run as 8 add chains at once (chain_sums),
+    // each in the order of its row alone. Two passes, so no cancellation in the variance.
     parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; n++) {
-            const float* x = inp + n * C;  // (C)
-            // Row statistics in float64: two passes, so no cancellation in the variance.
-            double sum = 0.0;
-            for (int c = 0; c < C; c++) sum += x[c];
-            const float m = (float)(sum / C);
-            double var = 0.0;
-            for (int c = 0; c < C; c++) var += (double)(x[c] - m) * (x[c] - m);
-            const float s = (float)(1.0 / std::sqrt(var / C + eps));
-            float* o = out + n * C;
-            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-            mean[n] = m;
-            rstd[n] = s;
-        }
+        by_groups<8>(n0, n1, [&](auto R, int64_t n) {
+            auto x = [&](int r, int c) { return inp[(n + r) * C + c]; };   // rows n .. n + R of inp (N, C)
+            double sum[R()], var[R()];
+            chain_sums(sum, C, [&](int r, int c) { return (double)x(r, c); });
+            for (int r = 0; r < R; r++) mean[n + r] = (float)(sum[r] / C);
+            chain_sums(var, C, [&](int r, int c) { const float d = x(r, c) - mean[n + r]; return (double)d * d; });
+            for (int r = 0; r < R; r++) {
+                const float m = mean[n + r], s = rstd[n + r] = (float)(1.0 / std::sqrt(var[r] / C + eps));
+                for (int c = 0; c < C; c++) out[(n + r) * C + c] = (x(r, c) - m) * s * weight[c] + bias[c];
+            }
+        });
     });
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight,
                         const float* mean, const float* rstd, int N, int C) {
-    if (dinp) {
-        // Rows are independent: dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)).
+    if (dinp)   // rows are independent: 8 at a time, as in the forward
         parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-            for (int64_t n = n0; n < n1; n++) {
-                const float* x = inp + n * C;
-                const float* dy = dout + n * C;
-                double dnorm_sum = 0.0, dnorm_norm_sum = 0.0;
-                for (int c = 0; c < C; c++) {
-                    const float norm = (x[c] - mean[n]) * rstd[n];
-                    const float dnorm = weight[c] * dy[c];
-                    dnorm_sum += dnorm;
-                    dnorm_norm_sum += (double)dnorm * norm;
+            by_groups<8>(n0, n1, [&](auto R, int64_t n) {
+                // dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
+                auto norm = [&](int r, int c) { return (inp[(n + r) * C + c] - mean[n + r]) * rstd[n + r]; };
+                auto dnorm = [&](int r, int c) { return weight[c] * dout[(n + r) * C + c]; };
+                double dnorm_sum[R()], dnorm_norm_sum[R()];
+                chain_sums(dnorm_sum, C, [&](int r, int c) { return (double)dnorm(r, c); });
+                chain_sums(dnorm_norm_sum, C, [&](int r, int c) { return (double)dnorm(r, c) * norm(r, c); });
+                for (int r = 0; r < R; r++) {
+                    const float dnorm_mean = (float)(dnorm_sum[r] / C), dnorm_norm_mean = (float)(dnorm_norm_sum[r] / C);
+                    for (int c = 0; c < C; c++)
+                        dinp[(n + r) * C + c] += (dnorm(r, c) - dnorm_mean - norm(r, c) * dnorm_norm_mean) * rstd[n + r];
                 }
-                const float dnorm_mean = (float)(dnorm_sum / C);
-                const float dnorm_norm_mean = (float)(dnorm_norm_sum / C);
-                float* dx = dinp + n * C;
-                for (int c = 0; c < C; c++) {
-                    const float norm = (x[c] - mean[n]) * rstd[n];
-                    const float dnorm = weight[c] * dy[c];
-                    dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
-                }
-            }
+            });
         });
-    }
     if (!dweight && !dbias) return;
     // The parameter gradients reduce over rows: threads own columns and sum rows in order.
     parallel_for(C, 64, [&](int64_t c0, int64_t c1) {

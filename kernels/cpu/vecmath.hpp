@@ -1,5 +1,6 @@
 // kernels/cpu/vecmath.hpp — exp and erf for float, written so that a loop calling them vectorises:
-// no branches (both sides of a select are computed), no calls, fma for every Horner step.
+// no branches (both sides of a select are computed), no calls, fma for every Horner step; and row
+// sums that run several rows' add chains at once (chain_sums, by_groups).
 // std::exp and std::erf are calls the compiler cannot vectorise, and they were ~12% of a CPU step.
 // The polynomials are least-squares fits in float64, reweighted toward minimax, with the
 // coefficients rounded to float (scripts/fit_vecmath.py prints them again). Their errors against
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace ops {
 
@@ -74,6 +76,26 @@ inline float max32(const float* x, int n) {
     for (int i = n / 16 * 16; i < n; i++) m = x[i] > m ? x[i] : m;
     for (float v : lane) m = v > m ? v : m;
     return m;
+}
+
+// Sums of R rows at once, each row's terms added in increasing c from 0: the same bits as one row
+// at a time, with R add chains in flight instead of one. A sum's adds wait on each other (about 4
+// cycles each), so a layer norm's row sums ran at a quarter of an add a cycle. term(r, c) is row
+// r's term at c, of the sums' type (float64 or float).
+template <int R, typename Sum, typename Term>
+inline void chain_sums(Sum (&sum)[R], int C, Term term) {
+    for (int r = 0; r < R; r++) sum[r] = Sum(0);
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) sum[r] += term(r, c);
+}
+
+// Calls rows(R, n) for n0 <= n < n1: G rows at a time (R a std::integral_constant of G, so a
+// caller's arrays and loops have a constant size), then the rest one by one (R of 1).
+template <int G, typename Rows>
+inline void by_groups(int64_t n0, int64_t n1, Rows rows) {
+    int64_t n = n0;
+    for (; n + G <= n1; n += G) rows(std::integral_constant<int, G>(), n);
+    for (; n < n1; n++) rows(std::integral_constant<int, 1>(), n);
 }
 
 }  // namespace ops

@@ -13,10 +13,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "kernels/ops.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 namespace pt {
 
@@ -56,6 +58,8 @@ void zero(void* p, size_t bytes);
 // kernels and copies. Copies of an Array are deep and stay on the same device.
 template <typename T>
 class Array {
+    static_assert(std::is_trivially_copyable<T>::value, "Array: its bytes are zeroed and copied as bytes");
+
  public:
     Array() = default;
     explicit Array(size_t n, Device d = current_device()) { zeros(n, d); }
@@ -75,11 +79,11 @@ class Array {
     void zeros(size_t n, Device d = current_device()) {
         reserve(n, d);
         if (device_.cuda) detail::zero(ptr_, n * sizeof(T));
-        else host_.assign(n, T(0));
+        else host_.resize(n), zero();
     }
-    void zero() {   // zeros in place, the storage kept (a reused buffer)
+    void zero() {   // zeros in place, the storage kept (a reused buffer); zero bytes are a T's zero
         if (device_.cuda) detail::zero(ptr_, n_ * sizeof(T));
-        else std::fill(host_.begin(), host_.end(), T(0));
+        else if (!host_.empty()) ops::zero_bytes(host_.data(), host_.size() * sizeof(T));
     }
     // n elements whose contents the caller is about to overwrite: no zeros written (a forward's
     // outputs; zeroing them was ~5% of a CPU step).
@@ -92,7 +96,7 @@ class Array {
         reserve(n, d);
         if (device_.cuda) copy_bytes(ptr_, src, n * sizeof(T));
         else if (device_of(src).cuda) host_.resize(n), copy_bytes(host_.data(), src, n * sizeof(T));
-        else host_.assign(src, src + n);
+        else host_.resize(n), ops::copy_bytes_apart(host_.data(), src, n * sizeof(T));
     }
     void assign(const std::vector<T>& v, Device d = current_device()) { assign(v.data(), v.size(), d); }
     std::vector<T> host() const {   // a host copy of the contents

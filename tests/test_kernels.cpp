@@ -129,6 +129,26 @@ TEST_CASE("parallel_for covers every index once, in contiguous static pieces") {
     ops::set_num_threads(1);
 }
 
+// Array's zeros and copies (src/device.hpp) go through these: every byte, and only those, on any
+// thread count, lengths around the 256 KiB pieces and at odd offsets included.
+TEST_CASE("zero_bytes and copy_bytes_apart write every byte of the range and nothing around it") {
+    for (int threads : {1, 2, 3}) {
+        ops::set_num_threads(threads);
+        for (size_t bytes : {size_t(0), size_t(1), size_t(1000), size_t(1) << 18, (size_t(1) << 20) + 13, size_t(3) << 20}) {
+            INFO("threads " << threads << ", " << bytes << " bytes");
+            std::vector<unsigned char> buf(bytes + 16, 0xAB), src(bytes + 16);
+            for (size_t i = 0; i < src.size(); i++) src[i] = (unsigned char)(i % 101);   // never 0xAB
+            ops::zero_bytes(buf.data() + 5, bytes);
+            CHECK(std::count(buf.begin() + 5, buf.begin() + 5 + long(bytes), 0) == long(bytes));
+            CHECK(std::count(buf.begin(), buf.end(), 0xAB) == 16);
+            ops::copy_bytes_apart(buf.data() + 5, src.data() + 3, bytes);
+            CHECK(std::equal(buf.begin() + 5, buf.begin() + 5 + long(bytes), src.begin() + 3));
+            CHECK(std::count(buf.begin(), buf.end(), 0xAB) == 16);
+        }
+    }
+    ops::set_num_threads(1);
+}
+
 TEST_CASE("the thread count is per calling thread, and a nested parallel_for does not hang") {
     ops::set_num_threads(3);
     int other = 0;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -16,6 +17,11 @@ namespace ops {
 // [n*t/P, n*(t+1)/P). P = min(num_threads(), ceil(n / grain)), so small jobs run inline
 // on the calling thread; the other pieces run on that thread's persistent worker pool.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// Host memory zeroed or copied (dst and src apart) in pieces as parallel_for cuts a kernel's work: a
+// step's fresh gradient buffers are ~200 MB of zeros, and on one thread they kept the others waiting.
+void zero_bytes(void* p, size_t bytes);
+void copy_bytes_apart(void* dst, const void* src, size_t bytes);
 
 // A rank of a pipeline run as threads waiting for a message (src/comm.cpp's receive) lends its core:
 // from its first wait() to the end of the receive it counts as a helper, so the other one-thread

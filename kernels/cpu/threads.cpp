@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -367,6 +368,20 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
         throw;
     }
     tl_inside_parallel = false;
+}
+
+// Pieces of at least 256 KiB: a smaller job costs more to hand out than to do.
+constexpr int64_t kByteGrain = 1 << 18;
+
+void zero_bytes(void* p, size_t bytes) {
+    char* c = static_cast<char*>(p);
+    parallel_for((int64_t)bytes, kByteGrain, [&](int64_t b0, int64_t b1) { std::memset(c + b0, 0, size_t(b1 - b0)); });
+}
+
+void copy_bytes_apart(void* dst, const void* src, size_t bytes) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    parallel_for((int64_t)bytes, kByteGrain, [&](int64_t b0, int64_t b1) { std::memcpy(d + b0, s + b0, size_t(b1 - b0)); });
 }
 
 }  // namespace ops

@@ -232,9 +232,10 @@ __attribute__((target("avx512f"))) void pack_a_avx512(float* Ap, const float* A,
             for (int s = 0; s < full; s += kAvx512MR)
                 _mm512_mask_storeu_ps(Ap + (size_t)s * kc + (size_t)k * kAvx512MR, lanes, _mm512_maskz_loadu_ps(lanes, row + s));
         }
-        Ap += (size_t)full * kc;
+        if (full < mc) pack_a(Ap + (size_t)full * kc, A, MR, i0 + full, mc - full, p0, kc, M, K, transA);
+        return;
     }
-    for (int s = 0; s < full && !transA; s += kAvx512MR, Ap += (size_t)kAvx512MR * kc) {
+    for (int s = 0; s < full; s += kAvx512MR, Ap += (size_t)kAvx512MR * kc) {
         const float* a = A + (size_t)(i0 + s) * K + p0;
         int k = 0;
         for (; k + 16 <= kc; k += 16) {

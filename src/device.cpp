@@ -9,13 +9,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <new>
 #include <stdexcept>
 #include <vector>
-
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #ifdef PIPETRAIN_CUDA
 #include <cuda_runtime.h>
@@ -186,83 +181,6 @@ void zero(void*, size_t) { throw std::logic_error("Array: no CUDA in this build"
 #define DISPATCH(op, args) ops::op args
 
 #endif
-
-// ---- host storage ------------------------------------------------------------------------------
-// Arrays of 2 MiB and more live in whole 2 MiB pages of their own, madvised for Linux's transparent
-// huge pages, and a freed one is kept for the next array of its size (a step allocates the same
-// sizes every time; up to kMaxCached bytes wait, the rest go back to the kernel). A `small` step
-// walks ~500 MB of arrays, and a GEMM strides 1-32 KiB between rows: with 4 KiB pages each row
-// needs a TLB entry of its own. `small`, 12 steps: minor page faults 132K -> 10K, peak RSS 536 ->
-// 607 MB (whole pages, and the blocks kept); A/B, 3 rounds: 1 thread +5-6%, --threads 2 +7-9%,
-// 1F1B on threads +1-3%, 2 MPI processes +3% (the same blocks without madvise: +2-4% on 1 thread).
-// madvise is a hint: where THP is off or no huge page is free the pages stay 4 KiB and only the
-// speed changes, so its result is not an error; nor is munmap's, whose only failures are arguments
-// built here.
-namespace {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-class BigBlocks {
- public:
-    static constexpr size_t kHuge = size_t(2) << 20, kMaxCached = size_t(1) << 30;
-    static size_t pages(size_t bytes) { return (bytes + kHuge - 1) & ~(kHuge - 1); }
-
-    void* take(size_t bytes) {
-        const size_t size = pages(bytes);
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            auto it = free_.find(size);
-            if (it != free_.end()) {
-                void* p = it->second;
-                free_.erase(it), cached_ -= size;
-                return p;
-            }
-        }
-        // mapped a huge page too long, then trimmed at both ends to start on a 2 MiB boundary
-        void* m = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) throw std::bad_alloc();
-        const uintptr_t at = reinterpret_cast<uintptr_t>(m), p = (at + kHuge - 1) & ~uintptr_t(kHuge - 1);
-        if (p > at) (void)munmap(m, p - at);
-        if (at + kHuge > p) (void)munmap(reinterpret_cast<void*>(p + size), at + kHuge - p);
-        (void)madvise(reinterpret_cast<void*>(p), size, MADV_HUGEPAGE);
-        return reinterpret_cast<void*>(p);
-    }
-    void give(void* p, size_t bytes) {
-        const size_t size = pages(bytes);
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (cached_ + size <= kMaxCached) {
-                free_.emplace(size, p), cached_ += size;
-                return;
-            }
-        }
-        (void)munmap(p, size);
-    }
-
- private:
-    std::mutex mu_;
-    std::multimap<size_t, void*> free_;   // by size, in whole huge pages
-    size_t cached_ = 0;
-};
-BigBlocks& big_blocks() {   // never destroyed: an Array in a static may be freed after main
-    static BigBlocks* b = new BigBlocks;
-    return *b;
-}
-#endif
-}  // namespace
-
-namespace detail {
-void* host_alloc(size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (bytes >= BigBlocks::kHuge) return big_blocks().take(bytes);
-#endif
-    return ::operator new(bytes);
-}
-void host_free(void* p, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (bytes >= BigBlocks::kHuge) return big_blocks().give(p, bytes);
-#endif
-    ::operator delete(p);
-}
-}  // namespace detail
 
 // ---- PIPETRAIN_PROFILE: wall time per op ---------------------------------------------------------
 namespace {

@@ -51,8 +51,6 @@ namespace detail {   // used by Array
 void* alloc(size_t bytes, Device d, void** stream);
 void release(void* p, void* stream, int device);
 void zero(void* p, size_t bytes);
-void* host_alloc(size_t bytes);   // an Array's host storage (huge pages from 2 MiB: device.cpp)
-void host_free(void* p, size_t bytes);
 }  // namespace detail
 
 // A contiguous array of T on one device, owned: what std::vector<T> is on the CPU. On the CPU it
@@ -140,8 +138,6 @@ class Array {
     // writes zeros.
     struct NoInit : std::allocator<T> {
         template <typename U> struct rebind { using other = typename Array<U>::NoInit; };
-        T* allocate(size_t n) { return static_cast<T*>(detail::host_alloc(n * sizeof(T))); }
-        void deallocate(T* p, size_t n) { detail::host_free(p, n * sizeof(T)); }
         template <typename U, typename... A> void construct(U* p, A&&... a) {
             if constexpr (sizeof...(A) == 0) ::new (static_cast<void*>(p)) U;
             else ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);

@@ -4,12 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <string>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -57,48 +52,6 @@ TEST_CASE("Array on the CPU: zeros, deep copies, moves, host copies") {
     CHECK(c.host() == std::vector<float>{0, 0});
     CHECK(c.device() == pt::Device{});
 }
-
-#ifdef __linux__
-namespace {
-// /proc/self/smaps' THPeligible for the mapping holding p: 1 where Linux may back it with huge pages.
-int thp_eligible(const void* p) {
-    std::ifstream smaps("/proc/self/smaps");
-    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-    bool inside = false;
-    for (std::string line; std::getline(smaps, line);) {
-        uintptr_t lo = 0, hi = 0;
-        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) inside = lo <= at && at < hi;   // a mapping's first line
-        else if (inside && line.rfind("THPeligible:", 0) == 0) return std::atoi(line.c_str() + 12);
-    }
-    return -1;
-}
-}  // namespace
-
-// src/device.cpp: an Array of 2 MiB or more gets 2 MiB pages of its own, madvised for transparent
-// huge pages, and a freed one serves the next array of its size. 38 MiB: a size no other test frees.
-TEST_CASE("Arrays of 2 MiB or more: on a huge-page boundary, madvised, reused once freed and zeroed again") {
-    const size_t n = (size_t(37) << 20) / sizeof(float) + 5;
-    const float* first = nullptr;
-    {
-        pt::Buf a(n);
-        first = a.data();
-        CHECK(reinterpret_cast<uintptr_t>(first) % (size_t(2) << 20) == 0);
-        for (float& x : a) x = 1.0f;
-        std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
-        std::string modes;
-        std::getline(mode, modes);
-        if (modes.find("[madvise]") != std::string::npos || modes.find("[always]") != std::string::npos)
-            CHECK(thp_eligible(first) == 1);
-        else
-            MESSAGE("THPeligible not checked: transparent huge pages here are \"" << modes << "\"");
-    }
-    pt::Buf b(n);
-    CHECK(b.data() == first);
-    CHECK(std::all_of(b.begin(), b.end(), [](float x) { return x == 0.0f; }));
-    pt::Buf small(1000);   // below 2 MiB: the heap's, as before
-    CHECK(small.host() == std::vector<float>(1000, 0.0f));
-}
-#endif
 
 TEST_CASE("--device: cpu parses; a GPU that is not there is a one-line error") {
     CHECK_FALSE(pt::parse_device("cpu").cuda);

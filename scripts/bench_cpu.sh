@@ -46,6 +46,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 coretype=${OPENBLAS_CORETYPE:-}
 echo "machine: $(nproc) cores, $cpu; OPENBLAS_CORETYPE=${coretype:-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-(unset)}; peer BLAS: $blas"
 echo "pipetrain GEMM micro-kernel: $($pt bench-gemm --seconds 0.01 | awk 'NR == 2 { print $1 }')"
+# one thread's FMA peak at that kernel's width, the ceiling of every GEMM cell below ("-": plain)
+peak=$($pt bench-gemm --shapes 16x16x16:nn --seconds 0.5 --peak | awk '$1 == "peak" { print $3 }')
+echo "one thread's FMA peak: $peak GFLOP/s"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -186,7 +189,8 @@ echo "$profile"
   echo
   echo "pipetrain: ops::gemm with the micro-kernel the CPU dispatch picks ($($pt bench-gemm --seconds 0.01 | awk 'NR == 2 { print $1 }'));"
   echo "every output one fma chain in k, the same bits as gemm_naive. OpenBLAS: sgemm through torch.mm,"
-  echo "OPENBLAS_NUM_THREADS = threads."
+  echo "OPENBLAS_NUM_THREADS = threads. One thread's FMA peak at that kernel's width, the ceiling of every"
+  echo "1-thread cell (twice it on 2): $peak GFLOP/s (\`pipetrain bench-gemm --peak\`: independent fma chains, nothing loaded)."
   [ -n "$coretype${OPENBLAS_L2_SIZE:-}" ] && echo "The last two columns run OpenBLAS without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, so it picks its kernel for this CPU itself."
   echo
   printf '%s\n%s\n%s' "$gemm_head" "$gemm_rule" "$gemm_rows"

@@ -121,6 +121,17 @@ TEST_CASE("PIPETRAIN_PROFILE prints the time per op; bench-gemm checks its shape
     Run g = run_cli("bench-gemm --shapes 64x48x33:tn --seconds 0.01 --kernel all");
     REQUIRE_MESSAGE(g.code == 0, g.out);
     CHECK(g.out.find(" 64 48 33 1 0 ") != std::string::npos);
+    CHECK(g.out.find("peak") == std::string::npos);
+    // --peak: one line per kernel after the table, a positive GFLOP/s for each vector kernel
+    Run p = run_cli("bench-gemm --shapes 16x16x16:nn --seconds 0.01 --kernel all --peak");
+    REQUIRE_MESSAGE(p.code == 0, p.out);
+    CHECK(p.out.find("peak plain - ") != std::string::npos);
+    for (const char* k : {"avx2", "avx512"}) {
+        const size_t at = p.out.find(std::string("peak ") + k + " ");
+        if (g.out.find(std::string("\n") + k + " ") == std::string::npos) continue;   // this CPU has no such kernel
+        REQUIRE_MESSAGE(at != std::string::npos, p.out);
+        CHECK(std::atof(p.out.c_str() + at + 6 + std::strlen(k)) > 0.0);
+    }
     Run bad = run_cli("bench-gemm --shapes 64x48:nn");
     CHECK(bad.code != 0);
     CHECK(bad.out.find("--shapes: expected MxNxK:nn|nt|tn|tt items") != std::string::npos);

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 #include "kernels/ops.hpp"
 #include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
@@ -59,10 +63,62 @@ double measure(const Shape& s, double seconds) {
     } while (elapsed < seconds);
     return 2.0 * s.M * s.N * s.K * reps / elapsed / 1e9;
 }
+
+// One thread's FMA throughput at a kernel's vector width (--peak): the most any GEMM on this core
+// can reach, the roofline's flat top. As many independent chains of fmas as the kernel's tile keeps
+// (28 of 16 floats, 12 of 8): no chain waits on its last fma, and nothing is loaded. The plain
+// kernel has no peak of its own (its width is whatever the compiler chose).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Runs `chains` of fmas (each a vector of `lanes` floats) for `seconds`, in rounds of 100,000.
+template <class Round>
+double chains_gflops(double seconds, int chains, int lanes, Round round) {
+    long rounds = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double elapsed = 0.0;
+    do {
+        round();
+        rounds++;
+        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (elapsed < seconds);
+    return 2.0 * lanes * chains * 1e5 * double(rounds) / elapsed / 1e9;
+}
+volatile float g_sink;   // the chains' results are used: the loops cannot be dropped
+
+__attribute__((target("avx512f"), noinline)) void avx512_round() {   // alone: inlined, GCC kept t in memory
+    __m512 t[28];
+    const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
+    for (__m512& x : t) x = b;
+    for (int r = 0; r < 100000; r++)
+#pragma GCC unroll 28
+        for (int i = 0; i < 28; i++) t[i] = _mm512_fmadd_ps(a, t[i], b);
+    float f[16];
+    for (__m512& x : t) _mm512_storeu_ps(f, x), g_sink = g_sink + f[0];
+}
+__attribute__((target("avx2,fma"), noinline)) void avx2_round() {
+    __m256 t[12];
+    const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-4f);
+    for (__m256& x : t) x = b;
+    for (int r = 0; r < 100000; r++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) t[i] = _mm256_fmadd_ps(a, t[i], b);
+    float f[8];
+    for (__m256& x : t) _mm256_storeu_ps(f, x), g_sink = g_sink + f[0];
+}
+#endif
+
+// GFLOP/s, or a negative number for a kernel without a peak of its own (plain).
+double fma_peak(ops::GemmKernel k, double seconds) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (k == ops::GemmKernel::avx512) return chains_gflops(seconds, 28, 16, avx512_round);
+    if (k == ops::GemmKernel::avx2) return chains_gflops(seconds, 12, 8, avx2_round);
+#endif
+    return -1.0;
+}
 }  // namespace
 
 int bench_gemm_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--shapes", "--threads", "--seconds", "--kernel"});
+    Args a(argv, {"--shapes", "--threads", "--seconds", "--kernel"}, {"--peak"});
+    const bool peak = a.has("--peak");
     std::vector<Shape> shapes = parse_shapes(a.str("--shapes", "1024x1024x1024:nn"));
     ops::set_num_threads(int(a.integer("--threads", 1, 1, 256)));
     double seconds = a.real("--seconds", 0.5, 0.01, 60);
@@ -79,6 +135,11 @@ int bench_gemm_main(const std::vector<std::string>& argv) {
         ops::set_gemm_kernel(k);
         for (const Shape& s : shapes)
             std::printf("%s %d %d %d %d %d %.1f\n", ops::gemm_kernel_name(k), s.M, s.N, s.K, s.ta, s.tb, measure(s, seconds));
+    }
+    for (ops::GemmKernel k : kernels) {   // after the table: scripts read its rows by their numbers
+        const double p = peak ? fma_peak(k, seconds) : 0.0;
+        if (p > 0) std::printf("peak %s %.1f GFLOP/s (one thread's fmas, nothing loaded)\n", ops::gemm_kernel_name(k), p);
+        else if (peak) std::printf("peak %s - (no vector width of its own)\n", ops::gemm_kernel_name(k));
     }
     return 0;
 }

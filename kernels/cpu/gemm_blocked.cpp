@@ -503,9 +503,12 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
     const Cut cut = cut_blocks(M, N, kn.MR, kn.NR, num_threads());
     // With one block of rows, each strip of op(B) serves one block only: the block packs it where
     // it uses it (32 KiB, still in cache for its tiles), instead of all of B going to memory packed
-    // and coming back (an MLM head: 38 rows against 8 MB of vocabulary, 1.2x faster).
+    // and coming back (an MLM head: 38 rows against 8 MB of vocabulary, 1.2x faster). With two, B
+    // is read twice but never written: small's MLM head (327 rows; 8 MB of B) 327 x 256 x 8000 nn
+    // +5-10% on 1 thread and +16% on 2, 327 x 8000 x 256 nt level and +10%; a step +1.4-3.1% on 1
+    // thread, +1.5-2.5% on 2 (3 rounds). Three blocks (600 rows): within the noise, so not there.
     const float* Bp = nullptr;
-    if (cut.rows_b > 1) {
+    if (cut.rows_b > 2) {
         thread_local std::vector<float> b_buf;
         float* packed = scratch(b_buf, (size_t)K * ((N + kn.NR - 1) / kn.NR * kn.NR));
         pack_b(kn, packed, B, N, K, transB);

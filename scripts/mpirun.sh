@@ -42,5 +42,22 @@ if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
   # its core to the other ranks' kernels (kernels/cpu/threads.cpp). small's 2-stage pipeline on 2
   # cores: 3,400-3,530 tok/s bound, 3,800-3,910 unbound and lending.
   extra+=(--oversubscribe --bind-to none)
+  # Two mpiruns at once on one host (ctest -j2) share Open MPI's session directory,
+  # $TMPDIR/ompi.HOST.UID: one finishing removes it while the other is about to make its pid.N
+  # inside, and that one fails "A call to mkdir was unable to create the desired directory"
+  # (open-mpi/ompi#8510; CI, 2026-12-05). Each run gets a base of its own, removed after it.
+  if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
+    base=$(mktemp -d "${TMPDIR:-/tmp}/pipetrain-mpirun.XXXXXX")
+    export OMPI_MCA_orte_tmpdir_base=$base
+    # not exec: the base is removed once mpirun ends; a signal to this script goes on to mpirun
+    "$MPIRUN" ${extra[@]+"${extra[@]}"} -np "$np" "$@" <&0 &
+    pid=$!
+    trap 'kill -TERM "$pid" 2>/dev/null' TERM INT HUP
+    rc=0
+    wait "$pid" || rc=$?
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid" || rc=$?; done   # a trapped signal ended the first wait
+    rm -rf "$base"
+    exit "$rc"
+  fi
 fi
 exec "$MPIRUN" ${extra[@]+"${extra[@]}"} -np "$np" "$@"

@@ -50,7 +50,7 @@ if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
     base=$(mktemp -d "${TMPDIR:-/tmp}/pipetrain-mpirun.XXXXXX")
     export OMPI_MCA_orte_tmpdir_base=$base
     # not exec: the base is removed once mpirun ends; a signal to this script goes on to mpirun
-    "$MPIRUN" ${extra[@]+"${extra[@]}"} -np "$np" "$@" <&0 &
+    "$MPIRUN" ${extra[@]+"${extra[@]}"} -np "$np" "$@" <&0 &   # the same command as the exec below
     pid=$!
     trap 'kill -TERM "$pid" 2>/dev/null' TERM INT HUP
     rc=0

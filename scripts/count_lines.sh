@@ -19,7 +19,7 @@ lesson_files=(kernels/ops.hpp kernels/ops.inc kernels/bf16.hpp kernels/philox.hp
   kernels/cpu/{gemm,layernorm,activations,attention,crossentropy,embedding,dropout,adamw}.cpp
   src/{config,model,batch,stage,comm,step,train_step,ernie}.{hpp,cpp} src/tags.hpp src/pairwise.hpp)
 lab=(pipeline_lab.hpp)
-speed=(kernels/cpu/gemm_blocked.cpp kernels/cpu/threads.cpp kernels/cpu/parallel.hpp kernels/cpu/vecmath.hpp)
+speed=(kernels/cpu/gemm_blocked.cpp kernels/cpu/gemm_reuse.hpp kernels/cpu/threads.cpp kernels/cpu/parallel.hpp kernels/cpu/vecmath.hpp)
 reliability=(src/mpi_comm.{hpp,cpp} src/watchdog.{hpp,cpp} src/cli/interrupt.{hpp,cpp} src/async_sum.hpp src/comm_async.cpp
   src/dp_overlap.{hpp,cpp})
 gpu=(src/device.{hpp,cpp} src/nccl_comm.{hpp,cpp} kernels/cuda/* kernels/bench.cu)
@@ -54,7 +54,7 @@ table() {
     "~$lesson_budget" "${lesson[@]}"
   row "schedules lab" '`pipeline_lab.hpp`: the zero-bubble family, ZB-V, V-Half, V-Min, DualPipeV, looped BFS, late-send plans, simulate, auto, timeline, partition' \
     "none; each schedule one function" "${lab[@]}"
-  row "CPU speed" '`kernels/cpu/gemm_blocked.cpp` (the micro-kernels), `vecmath.hpp`, `threads.cpp` + `parallel.hpp` (the pool)' \
+  row "CPU speed" '`kernels/cpu/gemm_blocked.cpp` (the micro-kernels), `gemm_reuse.hpp` (weights packed once a step), `vecmath.hpp`, `threads.cpp` + `parallel.hpp` (the pool)' \
     "none" "${speed[@]}"
   row "processes and reliability" '`src/mpi_comm.*`, `src/watchdog.*`, `src/cli/interrupt.*`, the overlapped sums (`src/async_sum.hpp`, `src/comm_async.cpp`, `src/dp_overlap.*`)' "none" "${reliability[@]}"
   row "GPU" '`src/device.*`, `src/nccl_comm.*`, `kernels/cuda/`, `kernels/bench.cu`' "none" "${gpu[@]}"

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/ops.hpp"
+#include "kernels/cpu/gemm_reuse.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vecmath.hpp"
 
@@ -268,6 +269,60 @@ TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
     }
     ops::set_gemm_kernel(before);
     CHECK(ran >= 1);
+}
+
+// A weight's packing is reused only inside a ConstantWeights scope and only for B inside its ranges:
+// each product below must have gemm_naive's bits on B's values at the time of the call.
+TEST_CASE("ConstantWeights reuses a weight's packing in its scope, repacks after, and reuses nothing else") {
+    const int M = 37, N = 530, K = 70;   // W (N, K): x W^T is nt, dy W is nn with (K, N) = (530, 70)
+    const ops::GemmKernel before = ops::gemm_kernel();
+    Vec W = random_vec((size_t)N * K, 1), act = random_vec((size_t)N * K, 2);
+    const Vec x = random_vec((size_t)M * K, 3), dy = random_vec((size_t)M * N, 4);
+    auto check = [&](const float* B, const Vec& A, int n, int k, bool tb) {
+        Vec C1((size_t)M * n), C2((size_t)M * n);
+        ops::gemm(C1.data(), A.data(), B, nullptr, M, n, k, false, tb, 1.0f, 0.0f);
+        ops::gemm_naive(C2.data(), A.data(), B, nullptr, M, n, k, false, tb, 1.0f, 0.0f);
+        return same_bits(C1, C2);
+    };
+    for (ops::GemmKernel kn : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512}) {
+        if (!ops::gemm_kernel_runs(kn)) continue;
+        ops::set_gemm_kernel(kn);
+        INFO(ops::gemm_kernel_name(kn));
+        for (int step = 0; step < 2; step++) {
+            ops::ConstantWeights constant({{W.data(), W.size() * sizeof(float)}});
+            CHECK_THROWS_AS(ops::ConstantWeights({{W.data(), 4}}), std::logic_error);   // one at a time
+            for (int threads : {1, 2, 1}) {   // packed on the first call, reused by the others
+                ops::set_num_threads(threads);
+                CHECK(check(W.data(), x, N, K, true));     // x W^T
+                CHECK(check(W.data(), dy, K, N, false));   // dy W
+                CHECK(check(W.data() + K, x, N - 1, K, true));   // another B inside the range
+                CHECK(check(W.data(), x, N, K, false));   // the same floats read as (K, N)
+            }
+            CHECK(ops::packed_weight_bytes() >= 4 * W.size() * sizeof(float) * 9 / 10);
+            // An activation changes between calls at the same address: never reused.
+            CHECK(check(act.data(), x, N, K, true));
+            for (float& a : act) a = -a;
+            CHECK(check(act.data(), x, N, K, true));
+            ops::set_num_threads(1);
+            // After the scope the optimizer changes the weight: the next step repacks it.
+            for (float& w : W) w *= 0.5f;
+        }
+        {
+            ops::ConstantWeights other({{act.data(), act.size() * sizeof(float)}});
+            CHECK(ops::packed_weight_bytes() == 0);   // packings of weights no longer named: dropped
+        }
+    }
+    {   // the micro-kernel changes inside a scope (tests, tutorial 01): each packs its own layout
+        ops::ConstantWeights constant({{W.data(), W.size() * sizeof(float)}});
+        for (int round = 0; round < 2; round++)
+            for (ops::GemmKernel kn : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512})
+                if (ops::gemm_kernel_runs(kn)) {
+                    ops::set_gemm_kernel(kn);
+                    INFO(ops::gemm_kernel_name(kn));
+                    CHECK(check(W.data(), x, N, K, true));
+                }
+    }
+    ops::set_gemm_kernel(before);
 }
 
 // The chain is fused. Step 0 gives acc = -1; step 1 adds a * a with a = 1 + 2^-12, whose exact

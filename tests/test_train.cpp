@@ -83,6 +83,34 @@ TEST_CASE("training gives the same model bytes with every GEMM micro-kernel and 
     }
 }
 
+// With M > 1 each GEMM packs its weight once a step (kernels/cpu/gemm_reuse.hpp): the end of the run
+// says what that holds per stage. A weight is packed for x W^T and for dy W, so up to about twice
+// the stage's parameters (its AdamW moments are twice them too); M = 1 reuses nothing and holds none.
+TEST_CASE("train reports the weights packed once a step per stage: some with M > 1, none with M = 1") {
+    auto numbers = [](const std::string& out, const std::string& key) {
+        std::vector<double> v;
+        size_t at = out.rfind(key);
+        if (at == std::string::npos) return v;
+        std::istringstream in(out.substr(at + key.size(), out.find('\n', at) - at - key.size()));
+        for (double x; in >> x;) v.push_back(x);
+        return v;
+    };
+    const std::string flags = "train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") + " --steps 2";
+    for (int M : {1, 3}) {
+        Run r = run_cli(flags + " --stages 2 --micro-batches " + std::to_string(M) + " --out " + temp_dir("packed"));
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        const std::vector<double> packed = numbers(r.out, "weights packed once a step per stage, bytes:"),
+                                  moments = numbers(r.out, "AdamW moments per rank, bytes:");
+        REQUIRE(packed.size() == 2);
+        REQUIRE(moments.size() == 2);
+        for (int p = 0; p < 2; p++) {
+            INFO("M = " << M << ", stage " << p);
+            if (M == 1) CHECK(packed[p] == 0);
+            else CHECK((packed[p] > 0 && packed[p] <= 1.1 * moments[p]));
+        }
+    }
+}
+
 // Pipeline ranks run as threads lend their idle core to each other's kernels unless PIPETRAIN_LEND=0
 // (kernels/cpu/threads.cpp); lending moves work between threads, never a bit. A bad value is
 // refused in one line before anything is written.

@@ -5,6 +5,7 @@
 // chain per output (kernels/cpu/gemm_chain.hpp) and only visits the outputs in another order.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/gemm_chain.hpp"
+#include "kernels/cpu/gemm_reuse.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 #include <algorithm>
@@ -491,6 +492,67 @@ void set_gemm_kernel(GemmKernel k) {
     chosen() = k;
 }
 
+// ---- packings of constant weights, reused (gemm_reuse.hpp) -------------------------------------
+namespace {
+struct Packing {   // op(B) as pack_b lays it out
+    const float* B;
+    int N, K;
+    bool transB;
+    GemmKernel kernel;
+    std::vector<float> data;
+    bool fresh;   // packed from B's current values (false: stale, repack before use)
+};
+struct Reuse {
+    bool on = false;
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;   // [start, end) of the constant weights
+    std::vector<Packing> packings;
+};
+thread_local Reuse t_reuse;
+
+bool constant(const Reuse& r, const float* B, size_t floats) {
+    const uintptr_t s = reinterpret_cast<uintptr_t>(B), e = s + floats * sizeof(float);
+    for (const auto& [lo, hi] : r.ranges)
+        if (s >= lo && e <= hi) return true;
+    return false;
+}
+
+// This thread's packing of op(B) when B is a constant weight (packed on its first use in the
+// scope); null otherwise.
+const float* reused_b(const Kernel& kn, const float* B, int N, int K, bool transB) {
+    Reuse& r = t_reuse;
+    if (!r.on || !constant(r, B, (size_t)N * K)) return nullptr;
+    Packing* hit = nullptr;
+    for (Packing& p : r.packings)
+        if (p.B == B && p.N == N && p.K == K && p.transB == transB && p.kernel == kn.id) hit = &p;
+    if (!hit) hit = &r.packings.emplace_back(Packing{B, N, K, transB, kn.id, {}, false});
+    float* packed = scratch(hit->data, (size_t)K * ((N + kn.NR - 1) / kn.NR * kn.NR));
+    if (!hit->fresh) pack_b(kn, packed, B, N, K, transB), hit->fresh = true;
+    return packed;
+}
+}  // namespace
+
+ConstantWeights::ConstantWeights(std::vector<std::pair<const void*, size_t>> ranges) {
+    Reuse& r = t_reuse;
+    if (r.on) throw std::logic_error("ops::ConstantWeights: one is already alive on this thread");
+    r.ranges.clear();
+    for (const auto& [p, bytes] : ranges)
+        r.ranges.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + bytes});
+    // Packings of weights no longer here (moved, freed) are dropped; the others wait, stale.
+    r.packings.erase(std::remove_if(r.packings.begin(), r.packings.end(),
+                                    [&](const Packing& p) { return !constant(r, p.B, (size_t)p.N * p.K); }),
+                     r.packings.end());
+    r.on = !r.ranges.empty();
+}
+ConstantWeights::~ConstantWeights() {
+    t_reuse.on = false;
+    for (Packing& p : t_reuse.packings) p.fresh = false;   // the optimizer may now change the weights
+}
+size_t packed_weight_bytes() {
+    size_t bytes = 0;
+    for (const Packing& p : t_reuse.packings) bytes += p.data.capacity() * sizeof(float);
+    return bytes;
+}
+
 void gemm(float* C, const float* A, const float* B, const float* bias,
           int M, int N, int K, bool transA, bool transB, float alpha, float beta) {
     if (M <= 0 || N <= 0) return;
@@ -507,8 +569,8 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
     // is read twice but never written: small's MLM head (327 rows; 8 MB of B) 327 x 256 x 8000 nn
     // +5-10% on 1 thread and +16% on 2, 327 x 8000 x 256 nt level and +10%; a step +1.4-3.1% on 1
     // thread, +1.5-2.5% on 2 (3 rounds). Three blocks (600 rows): within the noise, so not there.
-    const float* Bp = nullptr;
-    if (cut.rows_b > 2) {
+    const float* Bp = reused_b(kn, B, N, K, transB);
+    if (!Bp && cut.rows_b > 2) {
         thread_local std::vector<float> b_buf;
         float* packed = scratch(b_buf, (size_t)K * ((N + kn.NR - 1) / kn.NR * kn.NR));
         pack_b(kn, packed, B, N, K, transB);

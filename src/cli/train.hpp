@@ -134,6 +134,7 @@ struct TrainRun : TrainFlags {
     double last_loss = 0;
     std::vector<double> peak_stash;                    // [p] bytes, replica 0
     std::vector<int> peak_stashes;                     // [p] (micro-batch, chunk) pairs held at once, replica 0
+    std::vector<double> packed_weights;                // [p] bytes of weights packed once a step (M > 1), replica 0
     std::vector<double> least_busy_us;                 // [p] its least compute of a step, replica 0 (bubble_report)
     std::vector<pp::Event> trace_events;               // every rank's last step, on rank 0's clock
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis

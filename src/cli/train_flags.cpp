@@ -74,6 +74,7 @@ void make_state_and_ranks(TrainRun& w, const Setup& s, Args& a, const nlohmann::
         if (!w.mpi || r == w.rank) make_rank(w, r);
     w.peak_stash.assign(w.P, 0.0);
     w.peak_stashes.assign(w.P, 0);
+    w.packed_weights.assign(w.P, 0.0);
     w.trace = a.has("--trace");
 }
 

@@ -169,6 +169,8 @@ int finish(TrainRun& w, const Setup& s, Args& a, const std::vector<std::string>&
     for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.peak_stash[p]);
     std::printf("\npeak stashes per stage (micro-batch, chunk):");
     for (int p = 0; p < w.P; p++) std::printf(" %d", w.peak_stashes[p]);
+    std::printf("\nweights packed once a step per stage, bytes:");   // M > 1 (kernels/cpu/gemm_reuse.hpp)
+    for (int p = 0; p < w.P; p++) std::printf(" %.0f", w.packed_weights[p]);
     // ZeRO-1 splits them over the replicas; under MPI a process knows its own rank's only.
     std::printf("\nAdamW moments per rank, bytes%s:", w.zero && w.D > 1 ? " (ZeRO-1: each tensor's on one replica)" : "");
     for (size_t r = 0; r < w.optim.size(); r++)

@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
+#include "kernels/cpu/gemm_reuse.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/ops.hpp"
 #include "pipeline_lab.hpp"
@@ -46,7 +48,7 @@ double lr_at(int step, int steps, int warmup, double lr) {
     return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
-constexpr int kSlots = 8;   // per rank in the step's reduction (step_slots)
+constexpr int kSlots = 9;   // per rank in the step's reduction (step_slots)
 
 // Rank 0: the step line, from the numbers every rank put in its slots of the step's reduction.
 void print_step(TrainRun& w, int step, double loss, float lr, double norm, const std::vector<double>& slots, double elapsed) {
@@ -58,7 +60,7 @@ void print_step(TrainRun& w, int step, double loss, float lr, double norm, const
     for (int p = 0; p < w.P; p++) {   // replica 0: slots[1 + kSlots r ..], see step_slots
         const double* k = &slots[1 + kSlots * p];
         busy += k[0], worst_span = std::max(worst_span, k[1]), w.least_busy_us[p] = std::min(w.least_busy_us[p], k[0]);
-        w.peak_stash[p] = k[2], w.peak_stashes[p] = int(k[3]);
+        w.peak_stash[p] = k[2], w.peak_stashes[p] = int(k[3]), w.packed_weights[p] = k[8];
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
         w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3], k[7]});
     }
@@ -119,7 +121,8 @@ double signal_weight() { return interrupt_signal() == SIGTERM ? kTermWeight : in
 // (src/cli/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
 // step line in its own kSlots slots (zero in every other rank's, so the sum is each rank's own
 // value, exactly): busy µs, span µs, peak stash bytes, stashes, and for metrics.jsonl µs in
-// send/recv groups, the shortest group's µs and the number of groups.
+// send/recv groups, the shortest group's µs and the number of groups, µs lent, and the bytes of
+// its packed weights (kernels/cpu/gemm_reuse.hpp; this thread's, so a process's own rank's).
 std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span,
                                const TransformerStage& stage, double lent_us) {
     std::vector<double> slots(1 + kSlots * size_t(ranks), 0.0);
@@ -135,6 +138,7 @@ std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>
     k[2] = double(stage.peak_stash_bytes());
     k[3] = stage.peak_stashes();
     k[7] = lent_us;
+    k[8] = double(ops::packed_weight_bytes());
     return slots;
 }
 
@@ -156,15 +160,29 @@ void check_divergence(const TrainRun& w, int step, double loss, int& above) {
     throw std::runtime_error(msg);
 }
 
+// Every layer's parameters: constant while the schedule runs (the optimizer comes after it).
+std::vector<std::pair<const void*, size_t>> weight_ranges(TransformerStage& stage) {
+    std::vector<std::pair<const void*, size_t>> ranges;
+    for (Layer* l : stage.layers()) ranges.push_back({l->params.data(), l->params.size() * sizeof(float)});
+    return ranges;
+}
+
 // The step through train_step, with the trainer's additions: the timeline on the run's time axis,
 // this rank's numbers for the step line (step_slots) in the loss reduction, --dump-grads.
 StepOutcome take_step(TrainRun& w, pp::Pipeline& pipe, pp::Comm& comm, TransformerStage& stage, Optimizer& opt,
                       const RankPlace& at, const Batch& global, int step, float lr, std::vector<double>& slots) {
     int rank = at.d * w.P + at.p;
     StepHooks hooks;
-    hooks.start = [&] { return w.origin; };   // one time axis for all ranks, so the trace shows sends before receives
+    // With M > 1 micro-batches each GEMM packs its weight once a step instead of M times, for as
+    // long as the schedule runs (kernels/cpu/gemm_reuse.hpp); the same bits either way.
+    std::optional<ops::ConstantWeights> constant;
+    hooks.start = [&] {
+        if (w.M > 1) constant.emplace(weight_ranges(stage));
+        return w.origin;   // one time axis for all ranks, so the trace shows sends before receives
+    };
     const double lent0 = ops::lent_work().taken_s;   // this thread's, up to now
     hooks.after_schedule = [&](double span) {
+        constant.reset();
         slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage, (ops::lent_work().taken_s - lent0) * 1e6);
     };
     hooks.shared = &slots;

@@ -1,0 +1,32 @@
+// kernels/cpu/gemm_reuse.hpp — packing a weight once per step instead of once per micro-batch.
+//
+// ops::gemm packs op(B) into strips before its tiles read them. A layer's weight is B in its
+// forward (x W^T, nt) and its input gradient (dy W, nn), so a step of M micro-batches packed each
+// weight 2M times. While a ConstantWeights lives on a thread, gemm calls made on that thread
+// whose B lies inside one of its ranges pack op(B) once (per B, N, K, transB and micro-kernel)
+// and reuse the packing; the same bits either way, since packing only moves floats.
+//
+// The caller promises that nothing writes to the ranges while the object lives (train_step: the
+// parameters during the schedule; the optimizer runs after). The packings are kept, marked stale,
+// when it ends, so the next step repacks into the same memory: one packed copy of each weight per
+// orientation, about twice the parameters' bytes, held by the thread for its lifetime.
+#pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace ops {
+
+class ConstantWeights {
+ public:
+    // (start, bytes) ranges; none: nothing is reused.
+    explicit ConstantWeights(std::vector<std::pair<const void*, size_t>> ranges);
+    ~ConstantWeights();
+    ConstantWeights(const ConstantWeights&) = delete;
+    ConstantWeights& operator=(const ConstantWeights&) = delete;
+};
+
+// The packings this thread holds, in bytes (its memory cost, for the trainer's report and tests).
+size_t packed_weight_bytes();
+
+}  // namespace ops

@@ -12,14 +12,17 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include "kernels/cpu/gemm_reuse.hpp"
 #include "pipeline_lab.hpp"
 #include "src/cli/args.hpp"
 #include "src/comm.hpp"
 #include "src/formats/io.hpp"
 #include "src/stage.hpp"
+#include "src/cli/train.hpp"
 #include "src/train_step.hpp"
 
 namespace pt {
@@ -52,6 +55,7 @@ std::vector<Cost> measure_layers(const ModelConfig& cfg, const MicroBatch& mb, c
         bool first = i == 0, last = i == num_model_layers(cfg) - 1;
         std::vector<double> f, bi, bw;
         std::vector<float> out(l->out_numel(mb.B, mb.T));
+        ops::ConstantWeights constant(weight_ranges({l.get()}));   // as train times a step (train.hpp)
         for (int rep = 0; rep <= reps; rep++) {
             auto t0 = Clock::now();
             std::unique_ptr<Stash> s = l->forward(out.data(), first ? nullptr : x.data(), mb, opt);
@@ -133,10 +137,13 @@ Measured run_pipeline(const ModelConfig& cfg, const pp::Schedule& schedule, int 
         pt::ThreadComm comm(world, rank);
         pp::Pipeline pipe(schedule, V, *stages[rank], comm, rank, ranks, pp::plan_for(schedule, V));
         StepHooks hooks;
+        std::optional<ops::ConstantWeights> constant;   // as train runs a step (train_run.cpp)
         hooks.start = [&] {
+            if (M > 1) constant.emplace(weight_ranges(stages[rank]->layers()));
             comm.barrier();
             return Clock::now();
         };
+        hooks.after_schedule = [&](double) { constant.reset(); };
         for (int step = 0; step <= steps; step++) {
             Update u;
             u.step = step, u.apply = false;

@@ -161,6 +161,10 @@ void make_rank(TrainRun& w, int rank);            // rank r's stage and AdamW mo
 Device device_of_rank(const TrainRun& w, int rank);
 void log_eval(TrainRun& w, const EvalResult& ev);   // an evaluation into the step's metrics line
 void run_world(TrainRun& w, bool made_out);       // every rank of this process runs
+// The layers' parameters, for ops::ConstantWeights (kernels/cpu/gemm_reuse.hpp): constant while a
+// step's schedule runs, so with M > 1 each GEMM packs its weight once a step. What times the layers
+// (layer_costs, bench-pipeline) times them the same way: packed in the untimed pass, read packed after.
+std::vector<std::pair<const void*, size_t>> weight_ranges(const std::vector<Layer*>& layers);
 
 // train_out.cpp
 // --out, made and locked by rank 0 before training: a path that cannot be written fails now, not

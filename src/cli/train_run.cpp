@@ -160,13 +160,6 @@ void check_divergence(const TrainRun& w, int step, double loss, int& above) {
     throw std::runtime_error(msg);
 }
 
-// Every layer's parameters: constant while the schedule runs (the optimizer comes after it).
-std::vector<std::pair<const void*, size_t>> weight_ranges(TransformerStage& stage) {
-    std::vector<std::pair<const void*, size_t>> ranges;
-    for (Layer* l : stage.layers()) ranges.push_back({l->params.data(), l->params.size() * sizeof(float)});
-    return ranges;
-}
-
 // The step through train_step, with the trainer's additions: the timeline on the run's time axis,
 // this rank's numbers for the step line (step_slots) in the loss reduction, --dump-grads.
 StepOutcome take_step(TrainRun& w, pp::Pipeline& pipe, pp::Comm& comm, TransformerStage& stage, Optimizer& opt,
@@ -177,7 +170,7 @@ StepOutcome take_step(TrainRun& w, pp::Pipeline& pipe, pp::Comm& comm, Transform
     // long as the schedule runs (kernels/cpu/gemm_reuse.hpp); the same bits either way.
     std::optional<ops::ConstantWeights> constant;
     hooks.start = [&] {
-        if (w.M > 1) constant.emplace(weight_ranges(stage));
+        if (w.M > 1) constant.emplace(weight_ranges(stage.layers()));
         return w.origin;   // one time axis for all ranks, so the trace shows sends before receives
     };
     const double lent0 = ops::lent_work().taken_s;   // this thread's, up to now
@@ -257,6 +250,12 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
 }
 
 }  // namespace
+
+std::vector<std::pair<const void*, size_t>> weight_ranges(const std::vector<Layer*>& layers) {
+    std::vector<std::pair<const void*, size_t>> ranges;
+    for (Layer* l : layers) ranges.push_back({l->params.data(), l->params.size() * sizeof(float)});
+    return ranges;
+}
 
 std::string human_bytes(double b) {
     char buf[32];

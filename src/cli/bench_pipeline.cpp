@@ -19,10 +19,10 @@
 #include "kernels/cpu/gemm_reuse.hpp"
 #include "pipeline_lab.hpp"
 #include "src/cli/args.hpp"
+#include "src/cli/train.hpp"
 #include "src/comm.hpp"
 #include "src/formats/io.hpp"
 #include "src/stage.hpp"
-#include "src/cli/train.hpp"
 #include "src/train_step.hpp"
 
 namespace pt {

@@ -232,7 +232,8 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
         costs.weights[i] = 4.0 * sizeof(float) * double(layers.back()->params.size());   // parameter, gradient, two AdamW moments
     }
     // Each piece: the median of 3, after one untimed pass (its first calls allocate and fault memory
-    // in, and pack the weights, which the timed passes read packed, as a step of M > 1 does). Not the least of 3: a run's layers take their usual time, which the least undercut by 1-2%
+    // in, and pack the weights, which the timed passes read packed, as a step of M > 1 does). Not
+    // the least of 3: a run's layers take their usual time, which the least undercut by 1-2%
     // (`small`, 2 stages: `schedule --predict --measured` against the run's trace).
     std::vector<LayerCosts> reps;
     std::vector<Layer*> timed;

@@ -11,7 +11,8 @@
 // after). The packings are kept, marked stale, when it ends, so the next step repacks into the
 // same memory: one packed copy of each weight per orientation, about twice the parameters' bytes,
 // held by the thread for its lifetime. Measured on 2-stage pipelines of `small` (README
-// "Benchmarks"): 1F1B +5-10%, ZB-V +3-8%, dp 2 +1-5%; one micro-batch reuses nothing.
+// "Benchmarks"): 1F1B +5-10%, ZB-V +3-8%, dp 2 +1-5%; one micro-batch reuses nothing. `generate`
+// (a forward a token) holds one for the whole command.
 #pragma once
 #include <cstddef>
 #include <utility>

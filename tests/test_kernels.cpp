@@ -311,6 +311,12 @@ TEST_CASE("ConstantWeights reuses a weight's packing in its scope, repacks after
             ops::ConstantWeights other({{act.data(), act.size() * sizeof(float)}});
             CHECK(ops::packed_weight_bytes() == 0);   // packings of weights no longer named: dropped
         }
+        {
+            ops::ConstantWeights once({{W.data(), W.size() * sizeof(float)}}, ops::Packings::freed);
+            CHECK(check(W.data(), x, N, K, true));
+            CHECK(ops::packed_weight_bytes() > 0);
+        }
+        CHECK(ops::packed_weight_bytes() == 0);   // a one-off scope frees what it packed
     }
     {   // the micro-kernel changes inside a scope (tests, tutorial 01): each packs its own layout
         ops::ConstantWeights constant({{W.data(), W.size() * sizeof(float)}});

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/gemm_reuse.hpp"
+#include "src/cli/train.hpp"
 #include "src/formats/config_json.hpp"
 #include "src/formats/safetensors.hpp"
 #include "tests/cli_util.hpp"
@@ -109,6 +111,12 @@ TEST_CASE("train reports the weights packed once a step per stage: some with M >
             else CHECK((packed[p] > 0 && packed[p] <= 1.1 * moments[p]));
         }
     }
+    // Timing the layers (--partition time, schedule --predict --measured) reads them packed, as a
+    // step does, and frees the packings after: the layers it timed are gone, and the thread (train's
+    // main thread) would otherwise hold twice the model for the whole run.
+    pt::LayerCosts times = pt::layer_costs(pt::ModelConfig::preset("tiny"), "time", 2, 16);
+    CHECK(times.f.size() > 2);
+    CHECK(ops::packed_weight_bytes() == 0);
 }
 
 // Pipeline ranks run as threads lend their idle core to each other's kernels unless PIPETRAIN_LEND=0

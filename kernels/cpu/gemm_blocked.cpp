@@ -531,7 +531,7 @@ const float* reused_b(const Kernel& kn, const float* B, int N, int K, bool trans
 }
 }  // namespace
 
-ConstantWeights::ConstantWeights(std::vector<std::pair<const void*, size_t>> ranges) {
+ConstantWeights::ConstantWeights(std::vector<std::pair<const void*, size_t>> ranges, Packings after) : after_(after) {
     Reuse& r = t_reuse;
     if (r.on) throw std::logic_error("ops::ConstantWeights: one is already alive on this thread");
     r.ranges.clear();
@@ -545,6 +545,7 @@ ConstantWeights::ConstantWeights(std::vector<std::pair<const void*, size_t>> ran
 }
 ConstantWeights::~ConstantWeights() {
     t_reuse.on = false;
+    if (after_ == Packings::freed) t_reuse.packings.clear();
     for (Packing& p : t_reuse.packings) p.fresh = false;   // the optimizer may now change the weights
 }
 size_t packed_weight_bytes() {

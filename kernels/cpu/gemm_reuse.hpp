@@ -8,9 +8,9 @@
 //
 // The caller promises that nothing writes to the ranges while the object lives (`train`, from
 // src/cli/train_run.cpp: a rank's parameters while a step's schedule runs; the optimizer comes
-// after). The packings are kept, marked stale, when it ends, so the next step repacks into the
-// same memory: one packed copy of each weight per orientation, about twice the parameters' bytes,
-// held by the thread for its lifetime. Measured on 2-stage pipelines of `small` (README
+// after). By default the packings are kept, marked stale, when it ends, so the next step repacks
+// into the same memory: one packed copy of each weight per orientation, about twice the
+// parameters' bytes, held by the thread until a scope that does not name them (or frees them). Measured on 2-stage pipelines of `small` (README
 // "Benchmarks"): 1F1B +5-10%, ZB-V +3-8%, dp 2 +1-5%; one micro-batch reuses nothing. `generate`
 // (a forward a token) holds one for the whole command.
 #pragma once
@@ -20,13 +20,20 @@
 
 namespace ops {
 
+// What becomes of the packings when the scope ends: kept, stale, for the next scope (a training
+// step after another: no fresh memory to fault in each step), or freed (a one-off: timing layers).
+enum class Packings { kept, freed };
+
 class ConstantWeights {
  public:
     // (start, bytes) ranges; none: nothing is reused.
-    explicit ConstantWeights(std::vector<std::pair<const void*, size_t>> ranges);
+    explicit ConstantWeights(std::vector<std::pair<const void*, size_t>> ranges, Packings after = Packings::kept);
     ~ConstantWeights();
     ConstantWeights(const ConstantWeights&) = delete;
     ConstantWeights& operator=(const ConstantWeights&) = delete;
+
+ private:
+    Packings after_;
 };
 
 // The packings this thread holds, in bytes (its memory cost, for the trainer's report and tests).

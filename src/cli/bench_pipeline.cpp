@@ -55,7 +55,7 @@ std::vector<Cost> measure_layers(const ModelConfig& cfg, const MicroBatch& mb, c
         bool first = i == 0, last = i == num_model_layers(cfg) - 1;
         std::vector<double> f, bi, bw;
         std::vector<float> out(l->out_numel(mb.B, mb.T));
-        ops::ConstantWeights constant(weight_ranges({l.get()}));   // as train times a step (train.hpp)
+        ops::ConstantWeights constant(weight_ranges({l.get()}), ops::Packings::freed);   // as train runs a step (train.hpp)
         for (int rep = 0; rep <= reps; rep++) {
             auto t0 = Clock::now();
             std::unique_ptr<Stash> s = l->forward(out.data(), first ? nullptr : x.data(), mb, opt);

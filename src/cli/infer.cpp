@@ -142,7 +142,7 @@ int fill_mask_main(const std::vector<std::string>& argv) {
 int generate_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"});
     LoadedModel m = load(a.required("--model"), true);
-    ops::ConstantWeights constant(weight_ranges(m.layers));   // a forward a token: each weight packed once
+    ops::ConstantWeights constant(weight_ranges(m.layers), ops::Packings::freed);   // a forward a token: each weight packed once
     int n_new = int(a.integer("--tokens", 32, 1, 4096)), top_k = int(a.integer("--top-k", 8, 1, 1 << 20));
     double temperature = a.real("--temperature", 0.8, 0);
     uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;

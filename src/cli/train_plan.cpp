@@ -238,7 +238,8 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
     std::vector<LayerCosts> reps;
     std::vector<Layer*> timed;
     for (auto& l : layers) timed.push_back(l.get());
-    ops::ConstantWeights constant(by == "time" ? weight_ranges(timed) : std::vector<std::pair<const void*, size_t>>{});
+    ops::ConstantWeights constant(by == "time" ? weight_ranges(timed) : std::vector<std::pair<const void*, size_t>>{},
+                                  ops::Packings::freed);
     for (int rep = by == "time" ? -1 : 0; rep < (by == "time" ? 3 : 1); rep++) {
         time_step_order(costs, layers, mb, opt, x.data(), dx.data(), dout.data());
         if (rep >= 0) reps.push_back(costs);

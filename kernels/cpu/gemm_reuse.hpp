@@ -10,9 +10,10 @@
 // src/cli/train_run.cpp: a rank's parameters while a step's schedule runs; the optimizer comes
 // after). By default the packings are kept, marked stale, when it ends, so the next step repacks
 // into the same memory: one packed copy of each weight per orientation, about twice the
-// parameters' bytes, held by the thread until a scope that does not name them (or frees them). Measured on 2-stage pipelines of `small` (README
-// "Benchmarks"): 1F1B +5-10%, ZB-V +3-8%, dp 2 +1-5%; one micro-batch reuses nothing. `generate`
-// (a forward a token) holds one for the whole command.
+// parameters' bytes, held by the thread until a scope that does not name them (or frees them).
+// Measured on 2-stage pipelines of `small` (README "Benchmarks"): 1F1B +5-10%, ZB-V +3-8%, dp 2
+// +1-5%; one micro-batch reuses nothing. `generate` (a forward a token) holds one for the whole
+// command.
 #pragma once
 #include <cstddef>
 #include <utility>

@@ -36,6 +36,16 @@ inline Run run_command(const std::string& command) {
 
 inline Run run_cli(const std::string& args) { return run_command(std::string(PT_CLI) + " " + args); }
 
+// Built with a sanitizer (scripts/sanitize.sh)? They reserve terabytes of shadow memory and keep
+// freed memory in quarantine, so no limit on a child's memory is meaningful under them.
+inline bool sanitized() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return true;
+#else
+    return false;
+#endif
+}
+
 inline std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     std::stringstream ss;

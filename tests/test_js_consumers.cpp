@@ -19,6 +19,7 @@
 #include "cli_util.hpp"
 #include "process_util.hpp"
 #include "src/formats/io.hpp"
+#include "src/formats/onnx.hpp"
 #include "src/formats/safetensors.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/formats/tokenizer_json.hpp"
@@ -248,6 +249,46 @@ TEST_CASE("every exported file passes onnx.checker (full_check) and strict shape
                                   "; onnx.save(m, sys.argv[2])\" " + file + " " + bad);
         REQUIRE_MESSAGE(p.code == 0, p.out);
         CHECK(run_onnx(bad, out + "/dump.safetensors", "mlm_logits").max_abs_diff > kLogitsTolerance);
+    }
+}
+
+TEST_CASE("initializers past the limit go to external data, which onnx reads back value for value; below it, inline") {
+    if (!have_python_onnx()) {
+        MESSAGE("skipped: Debian's python3-onnx is not installed (scripts/setup.sh installs it where it can)");
+        return;
+    }
+    // y = x V W + b with V (200, 30) and W (30, 10): 24,000 and 1,200 bytes, both out, one after the
+    // other; b (40 bytes) stays inline: under 1,024 bytes a constant does even when the rest goes
+    // out. The exporter's limit is 2,000 MB (protobuf's 2 GB), past what a test can write.
+    std::vector<float> v(6000), w(300), b(10, 0.5f);
+    for (size_t i = 0; i < v.size(); i++) v[i] = 0.25f * float(i) - 7.0f;
+    for (size_t i = 0; i < w.size(); i++) w[i] = float(i) / 64;
+    for (size_t limit : {size_t(0), size_t(1) << 30}) {
+        pt::onnx::Graph g;
+        g.input("x", pt::onnx::kFloat, {-1, 200}, {"batch"});
+        const std::string xv = g.node("MatMul", {"x", g.weight("v", {200, 30}, v.data())});
+        g.node("Add", {g.node("MatMul", {xv, g.weight("w", {30, 10}, w.data())}), g.weight("b", {10}, b.data())}, {}, "y");
+        g.output("y", pt::onnx::kFloat, {-1, 10}, {"batch"});
+        std::vector<pt::Chunk> external;
+        pt::onnx::Message m = g.model("test", limit, "m.onnx_data", &external);
+        const std::string dir = test::temp_dir("onnx_external");
+        if (!external.empty()) pt::write_chunks_atomic(dir + "/m.onnx_data", external);
+        pt::write_chunks_atomic(dir + "/m.onnx", m.pieces());
+        CAPTURE(limit);
+        CHECK(external.size() == (limit == 0 ? 2u : 0u));
+        CHECK(std::filesystem::file_size(dir + "/m.onnx") == m.size());
+        CHECK((m.size() < 24000) == (limit == 0));
+        Run check = test::run_command(
+            "/usr/bin/python3 -c \"import onnx, sys, numpy as np; from onnx import numpy_helper as h; "
+            "onnx.checker.check_model(sys.argv[1], full_check=True); m = onnx.load(sys.argv[1]); "
+            "t = {i.name: h.to_array(i) for i in m.graph.initializer}; "
+            "assert np.array_equal(t['v'].ravel(), np.arange(6000, dtype=np.float32) * 0.25 - 7), t['v']; "
+            "assert np.array_equal(t['w'].ravel(), np.arange(300, dtype=np.float32) / 64), t['w']; "
+            "assert np.array_equal(t['b'], np.full(10, 0.5, dtype=np.float32)), t['b']; "
+            "print('read back', t['v'].shape, t['w'].shape)\" " + dir + "/m.onnx");
+        INFO(check.out);
+        CHECK(check.code == 0);
+        CHECK(check.out.find("read back (200, 30) (30, 10)") != std::string::npos);
     }
 }
 

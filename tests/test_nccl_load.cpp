@@ -54,15 +54,6 @@ std::vector<std::string> needed_libraries(const std::string& path) {
     return needed;
 }
 
-// The sanitizers reserve terabytes of shadow memory, so no limit is meaningful under them.
-bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    return true;
-#else
-    return false;
-#endif
-}
-
 // The old binary (libnccl.so.2 linked) needed 201000 KiB to print --help on the machine this
 // was written on: at 200000 it segfaulted before main, below that the loader refused libnccl.
 const char* kLimitKiB = "200000";

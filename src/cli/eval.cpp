@@ -105,14 +105,23 @@ void dump_logits(const Setup& s, const std::vector<Layer*>& layers, const std::s
 
 }  // namespace
 
+ForwardModel forward_model(const ModelConfig& cfg) {
+    ForwardModel m;
+    for (int i = 0; i < num_model_layers(cfg); i++) {
+        m.owned.push_back(make_layer(cfg, i));
+        m.owned.back()->grads = Buf();   // before the next layer's are made: never all at once
+        m.layers.push_back(m.owned.back().get());
+    }
+    return m;
+}
+
 int eval_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--data", "--inputs", "--objective", "--dump-logits", "--seq", "--seed", "--threads"});
     // The task comes from the model: a config with labels is a classifier, evaluated on a TSV.
     ops::set_num_threads(int(a.integer("--threads", 1, 1, 256)));
     Setup s = make_setup(a, false);
-    std::vector<std::unique_ptr<Layer>> owned;
-    std::vector<Layer*> layers;
-    for (int i = 0; i < num_model_layers(s.cfg); i++) owned.push_back(make_layer(s.cfg, i)), layers.push_back(owned.back().get());
+    ForwardModel model = forward_model(s.cfg);
+    const std::vector<Layer*>& layers = model.layers;
     if (a.has("--dump-logits")) check_output_path(a.str("--dump-logits"), "--dump-logits");
     load_weights(s.model_dir, layers, false, s.cfg.num_labels == 0);   // a classifier's head must be there
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);

@@ -19,6 +19,7 @@
 
 #include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
+#include "src/cli/train.hpp"
 #include "src/ernie.hpp"
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/config_json.hpp"
@@ -149,9 +150,8 @@ void write_config(const std::string& out, const ModelConfig& cfg, int task_type)
 // DIR exported as ONNX into OUT (OUT/onnx/model.onnx, config.json, vocab and tokenizer files).
 void export_onnx(const std::string& dir, const std::string& out, int task, const ModelConfig& cfg) {
     std::vector<std::string> vocab = load_vocab_lines(dir, cfg);
-    std::vector<std::unique_ptr<Layer>> owned;
-    std::vector<Layer*> layers;
-    for (int i = 0; i < num_model_layers(cfg); i++) owned.push_back(make_layer(cfg, i)), layers.push_back(owned.back().get());
+    ForwardModel loaded = forward_model(cfg);
+    const std::vector<Layer*>& layers = loaded.layers;
     load_weights(dir, layers);
     Weights w;
     for (Layer* l : layers)
@@ -164,14 +164,16 @@ void export_onnx(const std::string& dir, const std::string& out, int task, const
     if (cfg.num_labels > 0) classifier_head(b, x), b.g.output("logits", onnx::kFloat, {-1, cfg.num_labels}, {"batch"});
     else lm_head(b, x), b.g.output("logits", onnx::kFloat, {-1, -1, cfg.vocab_size}, {"batch", "sequence"});
     fs::create_directories(out + "/onnx");
-    std::string external;
-    std::string model = b.g.model("pipetrain", size_t(2000) << 20, "model.onnx_data", &external);   // protobuf's 2 GB
-    if (!external.empty()) write_file_atomic(out + "/onnx/model.onnx_data", external);
-    write_file_atomic(out + "/onnx/model.onnx", model);
+    std::vector<Chunk> external;
+    onnx::Message model = b.g.model("pipetrain", size_t(2000) << 20, "model.onnx_data", &external);   // protobuf's 2 GB
+    size_t bytes = model.size();
+    for (const Chunk& c : external) bytes += c.second;
+    if (!external.empty()) write_chunks_atomic(out + "/onnx/model.onnx_data", external);
+    write_chunks_atomic(out + "/onnx/model.onnx", model.pieces());
     write_config(out, cfg, task);
     if (!vocab.empty()) write_vocab_files(out, vocab, cfg.max_position_embeddings);
     std::printf("wrote %s/onnx/model.onnx (%.1f MB, opset 17%s) and its config and tokenizer files\n", out.c_str(),
-                (model.size() + external.size()) / 1e6, external.empty() ? "" : ", weights in model.onnx_data");
+                bytes / 1e6, external.empty() ? "" : ", weights in model.onnx_data");
 }
 
 // The files a page needs from npm: transformers.js's browser build and onnxruntime-web's WASM

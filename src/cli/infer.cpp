@@ -40,7 +40,8 @@ LoadedModel load(const std::string& dir, bool causal) {
                                            "trained with --objective causal"
                                          : "a causal LM (config.json has \"is_decoder\": true); fill-mask needs a masked LM"));
     m.tok = std::make_unique<Tokenizer>(load_tokenizer(dir, m.cfg));
-    for (int i = 0; i < num_model_layers(m.cfg); i++) m.owned.push_back(make_layer(m.cfg, i)), m.layers.push_back(m.owned.back().get());
+    ForwardModel f = forward_model(m.cfg);
+    m.owned = std::move(f.owned), m.layers = std::move(f.layers);
     load_weights(dir, m.layers);
     return m;
 }
@@ -243,9 +244,8 @@ int classify_main(const std::vector<std::string>& argv) {
     if (a.has("--file") == !a.positional().empty())
         throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT... | --file F): texts or --file, not both");
     Tokenizer tok = load_tokenizer(dir, cfg);
-    std::vector<std::unique_ptr<Layer>> owned;
-    std::vector<Layer*> layers;
-    for (int i = 0; i < num_model_layers(cfg); i++) owned.push_back(make_layer(cfg, i)), layers.push_back(owned.back().get());
+    ForwardModel model = forward_model(cfg);
+    const std::vector<Layer*>& layers = model.layers;
     load_weights(dir, layers);
     std::vector<std::string> names = label_names(dir, cfg.num_labels);
     int T = int(a.integer("--seq", std::min(128, cfg.max_position_embeddings), 3, cfg.max_position_embeddings));

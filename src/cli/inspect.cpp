@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "src/cli/args.hpp"
+#include "src/cli/train.hpp"
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/lifecycle.hpp"
 
@@ -87,11 +88,8 @@ int inspect_main(const std::vector<std::string>& argv) {
         Checkpoint c = open_checkpoint(target);
         print_tensors(c);
         if (cfg) {
-            std::vector<std::unique_ptr<Layer>> owned;
-            std::vector<Layer*> layers;
-            for (int i = 0; i < num_model_layers(*cfg); i++)
-                owned.push_back(make_layer(*cfg, i)), layers.push_back(owned.back().get());
-            for (const Problem& p : check_checkpoint(c, layers, a.has("--strict"))) report(p.kind, p.message);
+            ForwardModel model = forward_model(*cfg);
+            for (const Problem& p : check_checkpoint(c, model.layers, a.has("--strict"))) report(p.kind, p.message);
         }
     } catch (const std::exception& e) {
         report(Problem::error, e.what());

@@ -35,6 +35,35 @@ Message& Message::bytes(int field, std::string_view b) {
     return *this;
 }
 
+Message& Message::bytes_at(int field, const void* p, size_t n) {
+    key(field, 2);
+    put_varint(n);
+    holes_.push_back({data_.size(), {p, n}});
+    held_ += n;
+    return *this;
+}
+
+Message& Message::message(int field, const Message& m) {
+    key(field, 2);
+    put_varint(m.size());
+    for (const Hole& h : m.holes_) holes_.push_back({data_.size() + h.at, h.bytes});
+    held_ += m.held_;
+    data_.append(m.data_);
+    return *this;
+}
+
+std::vector<Chunk> Message::pieces() const {
+    std::vector<Chunk> out;
+    size_t from = 0;
+    for (const Hole& h : holes_) {
+        out.push_back({data_.data() + from, h.at - from});
+        out.push_back(h.bytes);
+        from = h.at;
+    }
+    out.push_back({data_.data() + from, data_.size() - from});
+    return out;
+}
+
 // ---- onnx.proto's field numbers (onnx/onnx.proto, proto2) -----------------------------------
 namespace field {
 constexpr int kModelIrVersion = 1, kModelProducer = 2, kModelProducerVersion = 3, kModelGraph = 7, kModelOpset = 8;
@@ -79,20 +108,20 @@ void Graph::output(const std::string& name, DataType type, const std::vector<int
 std::string Graph::weight(const std::string& name, const std::vector<int64_t>& dims, const float* data) {
     size_t n = 1;
     for (int64_t d : dims) n *= size_t(d);
-    inits_.push_back({name, kFloat, dims, std::string(reinterpret_cast<const char*>(data), n * 4)});   // x86/ARM: little-endian
+    inits_.push_back({name, kFloat, dims, {}, data, n * 4});   // x86/ARM: little-endian
     return name;
 }
 
 std::string Graph::ints(const std::vector<int64_t>& values, bool scalar) {
     std::string name = "const_i" + std::to_string(counter_++);
     inits_.push_back({name, kInt64, scalar ? std::vector<int64_t>{} : std::vector<int64_t>{int64_t(values.size())},
-                      std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8)});
+                      std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8), nullptr, 0});
     return name;
 }
 
 std::string Graph::scalar(float v) {
     std::string name = "const_f" + std::to_string(counter_++);
-    inits_.push_back({name, kFloat, {}, std::string(reinterpret_cast<const char*>(&v), 4)});
+    inits_.push_back({name, kFloat, {}, std::string(reinterpret_cast<const char*>(&v), 4), nullptr, 0});
     return name;
 }
 
@@ -117,10 +146,10 @@ std::string Graph::node(const std::string& op, const std::vector<std::string>& i
     return output;
 }
 
-std::string Graph::model(const std::string& producer, size_t external_after, const std::string& external_file,
-                         std::string* external) const {
-    size_t total = 0;
-    for (const Init& i : inits_) total += i.raw.size();
+Message Graph::model(const std::string& producer, size_t external_after, const std::string& external_file,
+                     std::vector<Chunk>* external) const {
+    size_t total = 0, offset = 0;   // offset: in the external file
+    for (const Init& i : inits_) total += i.raw().second;
     const bool outside = total > external_after;
     Message g;
     for (const Message& n : nodes_) g.message(field::kGraphNode, n);
@@ -129,19 +158,21 @@ std::string Graph::model(const std::string& producer, size_t external_after, con
         Message t;
         for (int64_t d : i.dims) t.varint(field::kTensorDims, uint64_t(d));
         t.varint(field::kTensorDataType, uint64_t(i.type)).bytes(field::kTensorName, i.name);
-        if (outside && i.raw.size() >= 1024) {   // small constants stay inline
+        const Chunk raw = i.raw();
+        if (outside && raw.second >= 1024) {   // small constants stay inline
             auto entry = [](const std::string& k, const std::string& v) {
                 Message e;
                 e.bytes(field::kEntryKey, k).bytes(field::kEntryValue, v);
                 return e;
             };
             t.message(field::kTensorExternalData, entry("location", external_file))
-                .message(field::kTensorExternalData, entry("offset", std::to_string(external->size())))
-                .message(field::kTensorExternalData, entry("length", std::to_string(i.raw.size())))
+                .message(field::kTensorExternalData, entry("offset", std::to_string(offset)))
+                .message(field::kTensorExternalData, entry("length", std::to_string(raw.second)))
                 .varint(field::kTensorDataLocation, 1);   // EXTERNAL
-            external->append(i.raw);
+            external->push_back(raw);
+            offset += raw.second;
         } else {
-            t.bytes(field::kTensorRawData, i.raw);
+            t.bytes_at(field::kTensorRawData, raw.first, raw.second);
         }
         g.message(field::kGraphInitializer, t);
     }
@@ -152,7 +183,7 @@ std::string Graph::model(const std::string& producer, size_t external_after, con
     Message m;
     m.varint(field::kModelIrVersion, 8).bytes(field::kModelProducer, producer).bytes(field::kModelProducerVersion, "1");
     m.message(field::kModelGraph, g).message(field::kModelOpset, opset);
-    return m.data();
+    return m;
 }
 
 }  // namespace pt::onnx

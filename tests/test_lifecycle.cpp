@@ -116,6 +116,11 @@ TEST_CASE("a manifest refuses a flipped byte, a truncation or a missing file, na
         CHECK(error_of([&] { pt::verify_dir(d); }) == "");
     }
     MESSAGE("byte flips: " << tried << " tried, " << named << " refused naming the file");
+    // "format" of another type: the JSON library's type_error escaped without the file's name.
+    const std::string manifest = d + "/" + pt::kManifest, original = read_file(manifest);
+    write(manifest, R"({"format": 5, "files": []})");
+    CHECK(error_of([&] { pt::verify_dir(d); }).rfind(manifest + ": not a pipetrain manifest", 0) == 0);
+    write(manifest, original);
     write(d + "/vocab.txt", "[PAD]\n");   // shorter
     CHECK(error_of([&] { pt::verify_dir(d); }).find("vocab.txt: has 6 bytes") != std::string::npos);
     fs::remove(d + "/vocab.txt");

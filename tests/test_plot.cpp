@@ -395,6 +395,8 @@ TEST_CASE("plot: bad inputs are one-line errors naming the file, and write nothi
     std::ofstream(dir + "/good.jsonl") << "{\"step\":1,\"loss\":2,\"tok_per_s\":3}\n";
     std::ofstream(dir + "/sched.json") << "{\"schedule\":\"1f1b\",\"P\":2,\"M\":1,\"V\":1,\"placement\":\"loop\",\"actions\":[[\"F0.0\"],[\"X\"]]}";
     std::ofstream(dir + "/name.json") << "{\"traceEvents\": [{\"ph\":\"X\",\"name\":\"Q1\",\"pid\":0,\"ts\":0,\"dur\":1}]}";
+    // "ph" of another type is not a complete event (the JSON library's type_error escaped, no file named).
+    std::ofstream(dir + "/ph.json") << "{\"traceEvents\": [{\"ph\":5,\"name\":\"F0\",\"pid\":0,\"ts\":0,\"dur\":1}]}";
     struct Case { std::string args, needle; };
     const std::vector<Case> cases = {
         {"--metrics " + dir + "/missing.jsonl", dir + "/missing.jsonl"},
@@ -404,6 +406,7 @@ TEST_CASE("plot: bad inputs are one-line errors naming the file, and write nothi
         {"--trace " + dir + "/bad.json", dir + "/bad.json: not valid JSON"},
         {"--trace " + dir + "/other.json", dir + "/other.json: not a Chrome trace"},
         {"--trace " + dir + "/name.json", dir + "/name.json: event 1: name \"Q1\" is no action"},
+        {"--trace " + dir + "/ph.json", dir + "/ph.json: "},
         {"--metrics " + dir + "/nokey.jsonl --trace " + dir + "/t.json", dir + "/nokey.jsonl:1"},
         {"--metrics " + dir + "/good.jsonl --schedule " + dir + "/sched.json", dir + "/sched.json: not a schedule of pipetrain train"},
         {dir + "/nowhere", dir + "/nowhere: not a directory"},

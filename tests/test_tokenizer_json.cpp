@@ -132,6 +132,10 @@ TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file 
     const std::string ok_model = R"("model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1}})";
     CHECK(error_loading("{" + ok_model + "}") == "");
     CHECK(error_loading(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})").find("expected a WordPiece tokenizer") != std::string::npos);
+    // Keys of another type (fuzz_tokenizer_json: the JSON library's type_error escaped, not one line).
+    CHECK(error_loading(R"({"model": {"type": 100, "vocab": {"a": 0}}})").find("expected a WordPiece tokenizer") != std::string::npos);
+    CHECK(error_loading(R"({"normalizer": {"type": 7, "lowercase": "no"}, )" + ok_model + "}") == "");
+    CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": 0}, )" + ok_model + "}") == "");
     CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": false}, )" + ok_model + "}")
               .find("keeps case") != std::string::npos);
     CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 0}}})").find("id 0 is given to both") !=
@@ -141,6 +145,13 @@ TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file 
     CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 2000000000}}})").find("ids run to 2000000000") !=
           std::string::npos);
     CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {}}})").find("vocab is empty") != std::string::npos);
+    // A token vocab.txt cannot hold: a model saved from it would read back other ids (found by fuzz_tokenizer_json's
+    // invariant; before, a newline in one token made the saved vocab.txt one line longer than the vocabulary).
+    for (const char* bad : {"a\\nb", "a\\rb", "a\\tb"}) {
+        CAPTURE(std::string(bad));
+        CHECK(error_loading(std::string(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, ")") + bad + R"(": 1}}})")
+                  .find("holds a line break or a tab") != std::string::npos);
+    }
     CHECK(error_loading("{\"model\": ").find("tokenizer.json: not valid JSON") != std::string::npos);
     const std::string no_unk = write_temp("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
     CHECK(test::error_of([&] { pt::Tokenizer(pt::vocab_from_tokenizer_json(no_unk), no_unk); }).find("no [UNK]") !=

@@ -505,7 +505,7 @@ std::vector<pp::Event> read_trace(const std::string& path) {
     size_t k = 0;
     for (const auto& e : j["traceEvents"]) {
         k++;
-        if (!e.is_object() || e.value("ph", "") != "X") continue;
+        if (!e.is_object() || e.value("ph", nlohmann::json()) != "X") continue;   // value(k, ""): a type_error where "ph" is no string
         if (e.contains("tid") && e.contains("pid") && e["tid"] != e["pid"]) continue;   // a rank's data-parallel sums
         try {
             pp::Event ev;

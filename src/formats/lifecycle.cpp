@@ -125,7 +125,7 @@ std::vector<ManifestEntry> read_manifest(const std::string& dir) {
     if (!exists(path)) return {};
     json j = parse_json(read_file(path), path);
     auto bad = [&](const std::string& what) { fail(path, "not a pipetrain manifest (" + what + ")"); };
-    if (!j.is_object() || j.value("format", "") != "pipetrain-manifest-1") bad("expected \"format\": \"pipetrain-manifest-1\"");
+    if (!j.is_object() || j.value("format", json()) != "pipetrain-manifest-1") bad("expected \"format\": \"pipetrain-manifest-1\"");
     if (!j.contains("files") || !j["files"].is_array()) bad("expected a \"files\" list");
     if (!j.contains("files_sha256") || j["files_sha256"] != digest_of(j["files"]))
         fail(path, "does not match its own checksum (files_sha256): the manifest is corrupted");

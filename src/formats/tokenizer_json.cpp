@@ -80,18 +80,25 @@ TokenizerFiles tokenizer_files(const std::vector<std::string>& vocab_lines, int 
 }
 
 std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
-    nlohmann::json j = parse_json(read_file(path), path);
-    const nlohmann::json* model = j.is_object() && j.contains("model") ? &j["model"] : nullptr;
-    if (!model || !model->is_object() || model->value("type", "") != "WordPiece" || !model->contains("vocab") ||
+    using json = nlohmann::json;
+    json j = parse_json(read_file(path), path);
+    // value(key, json()) and ==: a key that holds another type compares unequal (value(key, "")
+    // would throw the library's type_error: found by fuzz_tokenizer_json, "type": 100).
+    const json* model = j.is_object() && j.contains("model") ? &j["model"] : nullptr;
+    if (!model || !model->is_object() || model->value("type", json()) != "WordPiece" || !model->contains("vocab") ||
         !(*model)["vocab"].is_object())
         fail(path, "expected a WordPiece tokenizer: {\"model\": {\"type\": \"WordPiece\", \"vocab\": {token: id}}}");
-    const nlohmann::json& norm = j.value("normalizer", nlohmann::json());
-    if (norm.is_object() && norm.value("type", "") == "BertNormalizer" && norm.value("lowercase", true) == false)
+    const json& norm = j.value("normalizer", json());
+    if (norm.is_object() && norm.value("type", json()) == "BertNormalizer" && norm.value("lowercase", json(true)) == false)
         fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
     std::map<int64_t, std::string> by_id;
     for (const auto& [token, v] : (*model)["vocab"].items()) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (int64_t(1) << 31))
             fail(path, "vocab[\"" + token + "\"] must be an id >= 0");
+        // vocab.txt, which every saved model holds, is one token a line, cut at a tab: such a token
+        // would come back as two lines, or cut, and shift or change the ids after it.
+        if (token.find_first_of("\n\r\t") != std::string::npos)
+            fail(path, "vocab[\"" + token + "\"] holds a line break or a tab (a vocab.txt line is one token)");
         if (!by_id.emplace(v.get<int64_t>(), token).second)
             fail(path, "id " + std::to_string(v.get<int64_t>()) + " is given to both \"" + by_id[v.get<int64_t>()] +
                            "\" and \"" + token + "\"");

@@ -175,6 +175,7 @@ std::vector<Layer*> gather_replica(TrainRun& w, pp::Comm& comm, int rank, bool g
             // was read by the host as if it were host memory (a crash under mpirun on an H200).
             held.push_back(make_layer(w.setup->cfg, i));
             held.back()->to(Device{});
+            (grads ? held.back()->params : held.back()->grads) = Buf();   // only what is received is read
             Buf& b = grads ? held.back()->grads : held.back()->params;
             comm.recv(b.data(), b.size() * sizeof(float), owner, pt::kTagLayer + i);
             all.push_back(held.back().get());

@@ -138,6 +138,23 @@ TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file 
     CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": 0}, )" + ok_model + "}") == "");
     CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": false}, )" + ok_model + "}")
               .find("keeps case") != std::string::npos);
+    // Settings pipetrain's tokenizer does not follow: it would give other ids than Hugging Face's.
+    for (const char* key : {"clean_text", "handle_chinese_chars", "strip_accents"}) {
+        CAPTURE(std::string(key));
+        CHECK(error_loading(std::string(R"({"normalizer": {"type": "BertNormalizer", ")") + key + R"(": false}, )" + ok_model +
+                            "}")
+                  .find(std::string("\"") + key + "\": false") != std::string::npos);
+    }
+    CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "strip_accents": true, "lowercase": true}, )" + ok_model +
+                        "}") == "");   // what lowercase does anyway
+    for (const char* setting : {R"("unk_token": "<unk>")", R"("continuing_subword_prefix": "@@")",
+                                R"("max_input_chars_per_word": 200)"}) {
+        CAPTURE(std::string(setting));
+        CHECK(error_loading(std::string(R"({"model": {"type": "WordPiece", )") + setting + R"(, "vocab": {"[UNK]": 0}}})")
+                  .find("its WordPiece model has") != std::string::npos);
+    }
+    CHECK(error_loading(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", )"
+                        R"("max_input_chars_per_word": 100, "vocab": {"[UNK]": 0}}})") == "");
     CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 0}}})").find("id 0 is given to both") !=
           std::string::npos);
     CHECK(error_loading(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": -1}}})").find("must be an id >= 0") !=

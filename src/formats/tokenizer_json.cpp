@@ -31,6 +31,28 @@ std::map<std::string, int> ids_of(const std::vector<std::string>& lines, ojson& 
     return id;
 }
 
+// What pipetrain's tokenizer does: BERT's basic tokenizer (control characters dropped, CJK
+// characters split off, lowercase, accents stripped), then WordPiece with "##" and at most 100
+// characters a word, [UNK] for the rest. A tokenizer.json that says otherwise would give other ids
+// than Hugging Face's for the same text: refused, naming the setting.
+void check_followable(const std::string& path, const nlohmann::json& j, const nlohmann::json& model) {
+    using json = nlohmann::json;
+    const json& norm = j.value("normalizer", json());
+    if (norm.is_object() && norm.value("type", json()) == "BertNormalizer") {
+        if (norm.value("lowercase", json(true)) == false)
+            fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
+        for (const std::string key : {"clean_text", "handle_chinese_chars", "strip_accents"})
+            if (norm.value(key, json()) == false)
+                fail(path, "its normalizer has \"" + key + "\": false; pipetrain's tokenizer does it, as BERT's uncased ones do");
+    }
+    const std::pair<std::string, json> wordpiece[] = {
+        {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"}, {"max_input_chars_per_word", 100}};
+    for (const auto& [key, want] : wordpiece)
+        if (model.contains(key) && model[key] != want)
+            fail(path, "its WordPiece model has \"" + key + "\": " + model[key].dump() + "; pipetrain's tokenizer uses " +
+                           want.dump());
+}
+
 ojson post_processor(const std::map<std::string, int>& id) {
     ojson p = {{"type", "TemplateProcessing"},
                {"single", {special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)}},
@@ -88,9 +110,7 @@ std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
     if (!model || !model->is_object() || model->value("type", json()) != "WordPiece" || !model->contains("vocab") ||
         !(*model)["vocab"].is_object())
         fail(path, "expected a WordPiece tokenizer: {\"model\": {\"type\": \"WordPiece\", \"vocab\": {token: id}}}");
-    const json& norm = j.value("normalizer", json());
-    if (norm.is_object() && norm.value("type", json()) == "BertNormalizer" && norm.value("lowercase", json(true)) == false)
-        fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
+    check_followable(path, j, *model);
     std::map<int64_t, std::string> by_id;
     for (const auto& [token, v] : (*model)["vocab"].items()) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (int64_t(1) << 31))

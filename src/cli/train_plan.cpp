@@ -193,13 +193,11 @@ void time_step_order(LayerCosts& costs, const std::vector<std::unique_ptr<Layer>
     }
 }
 
-// Forward + backward of `layers` on a random micro-batch of B×T, in a step's order, on the
-// device the run will use: each piece's median of 3 (time), one forward's stash (memory).
+// Forward + backward of `layers` (made on this thread's device) on a random micro-batch of B×T,
+// in a step's order: each piece's median of 3 (time), one forward's stash (memory).
 LayerCosts run_layers(const ModelConfig& cfg, const std::string& by, const std::vector<std::unique_ptr<Layer>>& layers,
-                      int B, int T, Device device) {
+                      int B, int T) {
     const int L = int(layers.size());
-    Device caller = current_device();
-    set_device(device);
     Batch b = synthetic_batch(cfg, B, T);
     MicroBatch mb = b.rows(0, B);
     mb.loss_scale = 1.0f / float(b.num_targets());
@@ -232,7 +230,6 @@ LayerCosts run_layers(const ModelConfig& cfg, const std::string& by, const std::
             std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
             (costs.*v)[i] = t[t.size() / 2];
         }
-    set_device(caller);
     return costs;
 }
 }  // namespace
@@ -254,6 +251,8 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
                                  std::to_string(cfg.max_position_embeddings));
     std::vector<int> slot(L);   // layer i's costs are those of layers[slot[i]]
     std::vector<std::unique_ptr<Layer>> layers;
+    Device caller = current_device();
+    if (by != "params") set_device(device);   // made and run on the device the run will use
     for (int i = 0; i < L; i++) {
         if (by != "time" && i > 1 && i <= cfg.num_hidden_layers) {
             slot[i] = 1;   // block 1 stands for every block
@@ -263,7 +262,8 @@ LayerCosts layer_costs(const ModelConfig& cfg, const std::string& by, int B, int
         layers.push_back(make_layer(cfg, i));
         if (by != "params") layers.back()->init(1, 0.02f);
     }
-    LayerCosts run = by == "params" ? costs : run_layers(cfg, by, layers, B, T, device);
+    LayerCosts run = by == "params" ? costs : run_layers(cfg, by, layers, B, T);
+    set_device(caller);
     costs.stash = std::vector<double>(L, 0.0);
     for (int i = 0; i < L; i++) {
         const int k = slot[i];

@@ -169,6 +169,24 @@ TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file 
         CHECK(error_loading(std::string(R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, ")") + bad + R"(": 1}}})")
                   .find("holds a line break or a tab") != std::string::npos);
     }
+    // Added tokens: Hugging Face keeps each whole in a text; pipetrain keeps only the five specials whole.
+    const std::string specials_model = R"("model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "[MASK]": 1, "a": 2}})";
+    auto added = [&](const std::string& list) { return error_loading(R"({"added_tokens": )" + list + ", " + specials_model + "}"); };
+    CHECK(added(R"([{"id": 0, "content": "[UNK]"}, {"id": 1, "content": "[MASK]"}])") == "");
+    CHECK(added(R"([{"id": 0, "content": "[UNK]"}, {"id": 1, "content": "[MASK]"}, {"id": 3, "content": "<e>"}])")
+              .find("added token \"<e>\" (id 3) is not one of [PAD] [UNK] [CLS] [SEP] [MASK]") != std::string::npos);
+    CHECK(added(R"([{"id": 0, "content": "[UNK]"}, {"id": 1, "content": "[MASK]"}, {"id": 2, "content": "a"}])")
+              .find("added token \"a\" (id 2) is not one of") != std::string::npos);   // one in the vocab, too
+    CHECK(added(R"([{"id": 0, "content": "[UNK]"}, {"id": 2, "content": "[MASK]"}])")
+              .find("added token \"[MASK]\" has id 2, which its vocab gives to \"a\"") != std::string::npos);
+    CHECK(added(R"([{"id": 0, "content": "[UNK]"}, {"id": 1, "content": "[MASK]"}, {"id": 7, "content": "[CLS]"}])")
+              .find("has id 7, which its vocab gives no token") != std::string::npos);
+    CHECK(added(R"([{"id": 0, "content": "[UNK]"}])").find("its vocab holds [MASK] but \"added_tokens\" does not") !=
+          std::string::npos);
+    CHECK(added(R"([{"id": "0", "content": "[UNK]"}])").find("has no \"content\" string and \"id\" number") !=
+          std::string::npos);
+    CHECK(added(R"([7])").find("has no \"content\" string") != std::string::npos);
+    CHECK(added(R"({})").find("\"added_tokens\" must be an array") != std::string::npos);
     CHECK(error_loading("{\"model\": ").find("tokenizer.json: not valid JSON") != std::string::npos);
     const std::string no_unk = write_temp("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
     CHECK(test::error_of([&] { pt::Tokenizer(pt::vocab_from_tokenizer_json(no_unk), no_unk); }).find("no [UNK]") !=

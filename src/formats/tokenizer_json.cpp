@@ -1,6 +1,8 @@
 #include "src/formats/tokenizer_json.hpp"
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +53,36 @@ void check_followable(const std::string& path, const nlohmann::json& j, const nl
         if (model.contains(key) && model[key] != want)
             fail(path, "its WordPiece model has \"" + key + "\": " + model[key].dump() + "; pipetrain's tokenizer uses " +
                            want.dump());
+}
+
+// Hugging Face keeps each of tokenizer.json's added tokens whole wherever it appears in a text;
+// pipetrain's tokenizer keeps [PAD] [UNK] [CLS] [SEP] [MASK] whole, at their vocab ids. Another
+// added token (`add_tokens`, often with an id past the vocab) would be split by pipetrain, giving
+// other ids for the same text: refused, naming it. (A file without "added_tokens", which
+// save_pretrained always writes, is taken as it is.)
+void check_added_tokens(const std::string& path, const nlohmann::json& j, const std::map<int64_t, std::string>& by_id) {
+    using json = nlohmann::json;
+    if (!j.contains("added_tokens")) return;
+    if (!j["added_tokens"].is_array()) fail(path, "\"added_tokens\" must be an array");
+    std::set<std::string> added;
+    for (const json& t : j["added_tokens"]) {
+        const json content = t.is_object() ? t.value("content", json()) : json(), id = t.is_object() ? t.value("id", json()) : json();
+        if (!content.is_string() || !id.is_number_integer())
+            fail(path, "added token " + t.dump() + " has no \"content\" string and \"id\" number");
+        const std::string token = content.get<std::string>();
+        if (std::find(std::begin(kSpecials), std::end(kSpecials), token) == std::end(kSpecials))
+            fail(path, "added token " + content.dump() + " (id " + id.dump() + ") is not one of [PAD] [UNK] [CLS] [SEP] [MASK], "
+                       "the only tokens pipetrain's tokenizer keeps whole (Hugging Face's would keep it whole: other ids)");
+        auto in_vocab = by_id.find(id.get<int64_t>());
+        if (in_vocab == by_id.end() || in_vocab->second != token)
+            fail(path, "added token " + content.dump() + " has id " + id.dump() + ", which its vocab gives " +
+                           (in_vocab == by_id.end() ? std::string("no token") : "to " + json(in_vocab->second).dump()));
+        added.insert(token);
+    }
+    for (const auto& [i, token] : by_id)   // the other way: a special Hugging Face would split
+        if (std::find(std::begin(kSpecials), std::end(kSpecials), token) != std::end(kSpecials) && !added.count(token))
+            fail(path, "its vocab holds " + token + " but \"added_tokens\" does not (Hugging Face would split " + token +
+                           " in a text; pipetrain's tokenizer keeps it whole)");
 }
 
 ojson post_processor(const std::map<std::string, int>& id) {
@@ -124,6 +156,7 @@ std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
                            "\" and \"" + token + "\"");
     }
     if (by_id.empty()) fail(path, "its vocab is empty");
+    check_added_tokens(path, j, by_id);
     // Gaps come from tokens repeated in a vocab.txt: a few. An id far past the count would make
     // a vocabulary of placeholders (and could ask for gigabytes).
     if (uint64_t(by_id.rbegin()->first) >= 2 * by_id.size() + 16)

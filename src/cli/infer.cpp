@@ -25,8 +25,7 @@ namespace {
 struct LoadedModel {
     ModelConfig cfg;
     std::unique_ptr<Tokenizer> tok;
-    std::vector<std::unique_ptr<Layer>> owned;
-    std::vector<Layer*> layers;
+    ForwardModel model;   // its layers, weights only
 };
 
 // `causal`: the command needs a model trained with --objective causal (is_decoder in its config).
@@ -40,9 +39,8 @@ LoadedModel load(const std::string& dir, bool causal) {
                                            "trained with --objective causal"
                                          : "a causal LM (config.json has \"is_decoder\": true); fill-mask needs a masked LM"));
     m.tok = std::make_unique<Tokenizer>(load_tokenizer(dir, m.cfg));
-    ForwardModel f = forward_model(m.cfg);
-    m.owned = std::move(f.owned), m.layers = std::move(f.layers);
-    load_weights(dir, m.layers);
+    m.model = forward_model(m.cfg);
+    load_weights(dir, m.model.layers);
     return m;
 }
 
@@ -64,7 +62,7 @@ std::vector<float> logits_of(const LoadedModel& m, const std::vector<int32_t>& i
     RunOptions opt;
     opt.train = false, opt.causal = causal, opt.all_logits = true;
     std::vector<float> act, next;
-    for (Layer* l : m.layers) {
+    for (Layer* l : m.model.layers) {
         next.assign(l->out_numel(1, b.T), 0.0f);
         auto s = l->forward(next.data(), act.empty() ? nullptr : act.data(), mb, opt);
         if (auto* hs = dynamic_cast<HeadStash*>(s.get())) return hs->logits.host();
@@ -143,7 +141,7 @@ int fill_mask_main(const std::vector<std::string>& argv) {
 int generate_main(const std::vector<std::string>& argv) {
     Args a(argv, {"--model", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"});
     LoadedModel m = load(a.required("--model"), true);
-    ops::ConstantWeights constant(weight_ranges(m.layers), ops::Packings::freed);   // a forward a token: each weight packed once
+    ops::ConstantWeights constant(weight_ranges(m.model.layers), ops::Packings::freed);   // a forward a token: each weight packed once
     int n_new = int(a.integer("--tokens", 32, 1, 4096)), top_k = int(a.integer("--top-k", 8, 1, 1 << 20));
     double temperature = a.real("--temperature", 0.8, 0);
     uint64_t state = uint64_t(a.integer("--seed", 1, 0, 1LL << 62)) * 0x9E3779B97F4A7C15ull + 1;

@@ -55,7 +55,13 @@ static char count_path[4096];
 
 static int (*real_open_for_log)(const char*, int, ...);
 
+static atomic_int armed;   /* shim_init has run */
+
 static void count(enum Kind kind, const char* path, int fd) {
+    /* Calls before this library's constructor are not the program's: AddressSanitizer's runtime,
+     * which starts first, makes the directories of its log_path. Counted, they were 3 calls no
+     * kill could reach (PT_KILL_AT is read in the constructor, where getenv works). */
+    if (!atomic_load(&armed)) return;
     long n = atomic_fetch_add(&calls, 1) + 1;
     atomic_fetch_add(&calls_by_kind[kind], 1);
     if (log_fd >= 0) {
@@ -84,6 +90,7 @@ __attribute__((constructor)) static void shim_init(void) {
     if (log && *log) log_fd = real_open_for_log(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const char* cnt = getenv("PT_KILL_COUNT");
     if (cnt) snprintf(count_path, sizeof count_path, "%s", cnt);
+    atomic_store(&armed, 1);
 }
 
 __attribute__((destructor)) static void shim_exit(void) {

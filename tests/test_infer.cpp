@@ -81,6 +81,11 @@ TEST_CASE("fill-mask: a model trained on one sentence fills its mask") {
     REQUIRE_MESSAGE(f.code == 0, f.out);
     CAPTURE(f.out);
     CHECK(f.out.find("[MASK] 1 (position 5):  很 ") != std::string::npos);   // [CLS] 今 天 天 气 [MASK]
+    // Two masks, each answered from its own row (the head computes the masks' rows only).
+    Run two = run_cli("fill-mask --model " + out + " [MASK]天天气很好，我们去公园散[MASK]。");
+    REQUIRE_MESSAGE(two.code == 0, two.out);
+    CHECK_MESSAGE(two.out.find("[MASK] 1 (position 1):  今 ") != std::string::npos, two.out);
+    CHECK_MESSAGE(two.out.find("[MASK] 2 (position 14):  步 ") != std::string::npos, two.out);
     // --top above the vocabulary size lists every id once (it used to sort past the array's end).
     std::ifstream vocab(out + "/vocab.txt");
     int V = 0;

@@ -779,17 +779,8 @@ TEST_CASE("one stage times no layers: outside its steps it runs the evaluation's
     // there is one stage: 4 forwards and backwards of the whole model, 3 of the 4.7 s of `small`'s
     // 1-step run. Counted in GEMM calls (PIPETRAIN_PROFILE), not timed: 2 runs, of 1 step and 2.
     auto gemm_calls = [](int steps) {
-        Run r = run_command("PIPETRAIN_PROFILE=1 " + std::string(PT_CLI) + " train --preset tiny --inputs " +
-                            fixture("ernie/ernie1-like/inputs.safetensors") + " --steps " + std::to_string(steps) +
-                            " --out " + temp_dir("profiled" + std::to_string(steps)));
-        REQUIRE_MESSAGE(r.code == 0, r.out);
-        size_t at = r.out.find("\ngemm ");
-        REQUIRE_MESSAGE(at != std::string::npos, r.out);
-        std::istringstream row(r.out.substr(at + 6));
-        double seconds = 0;
-        long calls = 0;
-        row >> seconds >> calls;
-        return calls;
+        return gemm_calls_of("train --preset tiny --inputs " + fixture("ernie/ernie1-like/inputs.safetensors") + " --steps " +
+                             std::to_string(steps) + " --out " + temp_dir("profiled" + std::to_string(steps)));
     };
     long one = gemm_calls(1), two = gemm_calls(2), step = two - one, outside = one - step;
     CHECK(step > 0);

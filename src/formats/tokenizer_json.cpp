@@ -1,11 +1,11 @@
 #include "src/formats/tokenizer_json.hpp"
 
-#include <algorithm>
 #include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "src/ernie.hpp"   // is_special_token: the tokens the tokenizer keeps whole
 #include "src/formats/io.hpp"
 #include "src/formats/json.hpp"
 
@@ -70,7 +70,7 @@ void check_added_tokens(const std::string& path, const nlohmann::json& j, const 
         if (!content.is_string() || !id.is_number_integer())
             fail(path, "added token " + t.dump() + " has no \"content\" string and \"id\" number");
         const std::string token = content.get<std::string>();
-        if (std::find(std::begin(kSpecials), std::end(kSpecials), token) == std::end(kSpecials))
+        if (!is_special_token(token))
             fail(path, "added token " + content.dump() + " (id " + id.dump() + ") is not one of [PAD] [UNK] [CLS] [SEP] [MASK], "
                        "the only tokens pipetrain's tokenizer keeps whole (Hugging Face's would keep it whole: other ids)");
         auto in_vocab = by_id.find(id.get<int64_t>());
@@ -80,7 +80,7 @@ void check_added_tokens(const std::string& path, const nlohmann::json& j, const 
         added.insert(token);
     }
     for (const auto& [i, token] : by_id)   // the other way: a special Hugging Face would split
-        if (std::find(std::begin(kSpecials), std::end(kSpecials), token) != std::end(kSpecials) && !added.count(token))
+        if (is_special_token(token) && !added.count(token))
             fail(path, "its vocab holds " + token + " but \"added_tokens\" does not (Hugging Face would split " + token +
                            " in a text; pipetrain's tokenizer keeps it whole)");
 }

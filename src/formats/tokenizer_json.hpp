@@ -21,8 +21,8 @@ TokenizerFiles tokenizer_files(const std::vector<std::string>& vocab_lines, int 
 // The vocab lines of a tokenizer.json (token i on line i). Refused, naming the file: not a
 // WordPiece model, a normalizer that does not lowercase (pipetrain's tokenizer is uncased), no
 // [UNK], an id that is negative or repeated, an added token other than [PAD] [UNK] [CLS] [SEP]
-// [MASK] at their vocab ids (or one of those missing from "added_tokens"). An id no token has (a vocab.txt with a repeated
-// token leaves one) becomes "[unused<ID>]", which no text tokenizes to.
+// [MASK] at their vocab ids (or one of those missing from "added_tokens"). An id no token has (a
+// vocab.txt with a repeated token leaves one) becomes "[unused<ID>]", which no text tokenizes to.
 std::vector<std::string> vocab_from_tokenizer_json(const std::string& path);
 
 }  // namespace pt

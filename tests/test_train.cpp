@@ -539,6 +539,8 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --objective nsp", "--objective: unknown objective \"nsp\" (expected mlm or causal)"},
         {"partition --preset huge", "--preset: unknown preset \"huge\""},
         {"bench-pipeline --preset huge", "--preset: unknown preset \"huge\""},
+        {"bench-pipeline --schedules 1f1b,x", "--schedules: expected gpipe, 1f1b"},   // it said --schedule, train's flag
+        {"schedule --schedule x", "--schedule: expected gpipe, 1f1b"},
     };
     for (const Case& c : cases) {
         Run r = run_cli(c.args + (c.args.rfind("train", 0) == 0 ? " --out " + out : ""));

@@ -275,7 +275,7 @@ int bench_pipeline_main(const std::vector<std::string>& argv) {
     std::vector<int> stage_counts = parse_stage_counts(a.str("--stages", "1,2,4"), cfg);
     std::vector<std::string> schedules = split(a.str("--schedules", "gpipe,1f1b"), ',');
     for (const std::string& s : schedules)
-        if (s != "auto") make_schedule(s, 1, 2, chunks_of(s, chunks));   // a bad name fails before any measuring
+        if (s != "auto") make_schedule(s, 1, 2, chunks_of(s, chunks), "--schedules");   // a bad name fails before any measuring
     RunOptions opt;
     opt.seed = 1, opt.hidden_dropout = cfg.hidden_dropout_prob, opt.attention_dropout = cfg.attention_probs_dropout_prob;
     Batch batch = synthetic_batch(cfg, B, T);

@@ -31,7 +31,7 @@ int export_main(const std::vector<std::string>& args);           // export.cpp: 
 
 // schedules.cpp: --schedule NAME as a pp::Schedule (every name but auto, which needs costs), and
 // the chunks per rank it takes when --chunks is not given (the V shape's two).
-pp::Schedule make_schedule(const std::string& name, int P, int M, int V);
+pp::Schedule make_schedule(const std::string& name, int P, int M, int V, const char* flag = "--schedule");
 int default_chunks(const std::string& name);
 bool takes_chunks(const std::string& name);   // interleaved, interleaved-zb, looped-bfs: any --chunks V
 void require_chunks(const std::string& name, bool given);   // those three need --chunks: an error without it

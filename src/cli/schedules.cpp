@@ -27,8 +27,8 @@ void require_chunks(const std::string& name, bool given) {
                                  (name == "looped-bfs" ? "gpipe" : name == "interleaved" ? "1f1b" : "zb-h1") + ")");
 }
 
-// Every schedule but auto (which needs costs: plan_auto).
-pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
+// Every schedule but auto (which needs costs: plan_auto). An unknown name is an error naming `flag`.
+pp::Schedule make_schedule(const std::string& name, int P, int M, int V, const char* flag) {
     bool chunked = takes_chunks(name);
     if (default_chunks(name) == 2 && V != 2)
         throw std::runtime_error("--chunks: " + name + " holds 2 chunks per rank (the V shape), got " + std::to_string(V));
@@ -46,7 +46,7 @@ pp::Schedule make_schedule(const std::string& name, int P, int M, int V) {
     if (name == "v-half") return pp::v_half(P, M);
     if (name == "v-min") return pp::v_min(P, M);
     if (name == "dualpipev") return pp::dualpipev(P, M);
-    throw std::runtime_error("--schedule: expected " + std::string(kScheduleNames) + ", got \"" + name + "\"");
+    throw std::runtime_error(std::string(flag) + ": expected " + kScheduleNames + ", got \"" + name + "\"");
 }
 
 }  // namespace pt

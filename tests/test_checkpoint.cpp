@@ -625,4 +625,22 @@ TEST_CASE("CLI: inspect lists the mapping of a good directory and fails on a bad
     CHECK(bad.out.find("missing tensor cls.predictions.bias") != std::string::npos);
     CHECK(bad.out.find("2 errors") != std::string::npos);
     fs::remove_all(dir);
+
+    // A stray tensor: a warning, and the directory loads; --strict makes it an error.
+    copy_dir(fixture("bad/base_tiny"), dir);
+    v = read_entries(dir + "/model.safetensors");
+    v.push_back({"ernie.extra.weight", "F32", {2}, std::vector<uint8_t>(8, 0)});
+    write_entries(dir + "/model.safetensors", v);
+    Run lenient = run_cli("inspect " + dir), strict = run_cli("inspect " + dir + " --strict");
+    INFO(lenient.out);
+    INFO(strict.out);
+    CHECK(lenient.code == 0);
+    CHECK(lenient.out.find("warning: " + dir + "/model.safetensors: unexpected tensors, not used by the model: ernie.extra.weight") !=
+          std::string::npos);
+    CHECK(lenient.out.find("ok: " + dir + " loads") != std::string::npos);
+    CHECK(strict.code == 1);
+    CHECK(strict.out.find("error: " + dir + "/model.safetensors: unexpected tensors, not used by the model: ernie.extra.weight") !=
+          std::string::npos);
+    CHECK(strict.out.find("1 error: a load of " + dir + " fails") != std::string::npos);
+    fs::remove_all(dir);
 }

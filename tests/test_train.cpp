@@ -323,6 +323,56 @@ TEST_CASE("one AdamW step from the dumped gradients: the bias-corrected update, 
     }
 }
 
+namespace {
+// The "lr" of each row of OUT/metrics.jsonl, in order.
+std::vector<double> logged_rates(const std::string& out) {
+    std::istringstream metrics(read_file(out + "/metrics.jsonl"));
+    std::vector<double> rates;
+    for (std::string line; std::getline(metrics, line);) {
+        size_t at = line.find("\"lr\":");
+        REQUIRE_MESSAGE(at != std::string::npos, line);
+        rates.push_back(std::stod(line.substr(at + 5)));
+    }
+    return rates;
+}
+}  // namespace
+
+TEST_CASE("--warmup: the rate rises linearly, then falls by a cosine toward 10%; the first step moves by lr / warmup") {
+    // Step s of S with warm-up W: lr·(s+1)/W while s < W, then lr·(0.1 + 0.45·(1 + cos(π(s-W)/(S-W)))).
+    const double lr = 1e-3, pi = std::acos(-1.0);
+    std::string out = temp_dir("warmup");
+    Run r = run_cli("train --preset tiny --data " + kSample + " --steps 6 --warmup 3 --lr 1e-3 --out " + out);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    std::vector<double> want = {lr / 3, 2 * lr / 3, lr, lr, lr * (0.1 + 0.45 * (1 + std::cos(pi / 3))),
+                                lr * (0.1 + 0.45 * (1 + std::cos(2 * pi / 3)))};
+    std::vector<double> got = logged_rates(out);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+    fs::remove_all(out);
+    // The default is a tenth of the steps: 2 of 20.
+    REQUIRE(run_cli("train --preset tiny --data " + kSample + " --steps 20 --lr 1e-3 --out " + out).code == 0);
+    got = logged_rates(out);
+    REQUIRE(got.size() == 20);
+    CHECK(got[0] == doctest::Approx(lr / 2).epsilon(1e-6));
+    CHECK(got[2] == doctest::Approx(lr).epsilon(1e-6));
+    fs::remove_all(out);
+    // Applied, not only logged: AdamW's first step moves a weight by lr_1·g/(|g| + eps), so every
+    // weight with a clear gradient moves by lr / 4 at --warmup 4 (no decay, no clipping: one_step).
+    OneStep s = one_step("warmup_step", "--warmup 4");
+    pt::st::File before = pt::st::read(kErnie + "/hf/model.safetensors");
+    int checked = 0;
+    for (const pt::st::TensorInfo& t : s.grads.tensors) {
+        std::vector<float> g = s.grads.to_f32(t.name), p0 = before.to_f32(t.name), p1 = s.model.to_f32(t.name);
+        for (size_t i = 0; i < g.size(); i++) {
+            if (std::fabs(g[i]) < 1e-5) continue;
+            INFO(t.name << "[" << i << "]: before " << p0[i] << ", after " << p1[i] << ", gradient " << g[i]);
+            REQUIRE(std::fabs(std::fabs(double(p0[i]) - p1[i]) - lr / 4) <= 1e-3 * lr / 4 + 1e-6 * std::fabs(p0[i]));   // as the AdamW test
+            checked++;
+        }
+    }
+    CHECK(checked > 10000);
+}
+
 TEST_CASE("--partition memory: the split `partition --by memory` prints, and 1F1B's in-flight stashes are real") {
     // The tiny preset and the fixture's 3 rows of 16 tokens: 3 micro-batches of 1 row.
     const int P = 4, M = 3;

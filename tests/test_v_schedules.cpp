@@ -136,6 +136,25 @@ TEST_CASE("auto under a tight cap picks V-Min or V-Half where 1F1B does not fit"
         CHECK(t.out.find("peak stashes per stage (micro-batch, chunk): 4 4 4 4") != std::string::npos);
 }
 
+TEST_CASE("schedule --overlap: DualPipeV's F&B pairs cost max(F, B), 4M + 3P, not F + B, 6M + 2(P - 1); ZB-V has none") {
+    // Unit costs per chunk (--costs per stage: 2 each, halved over the V shape's two chunks); the
+    // closed forms are test_schedule's: 2(P - 1) idle per rank beside 6M of work, and 4M + 3P overlapped.
+    auto makespan = [](const std::string& args) {
+        Run r = run_cli("schedule --costs 2,2,2,0 " + args);
+        INFO(args << "\n" << r.out);
+        REQUIRE(r.code == 0);
+        size_t at = r.out.find("makespan ");
+        REQUIRE(at != std::string::npos);
+        return std::stod(r.out.substr(at + 9));
+    };
+    for (auto [P, M] : {std::pair{2, 4}, {4, 10}}) {
+        std::string shape = " --stages " + std::to_string(P) + " --micro-batches " + std::to_string(M);
+        CHECK(makespan("--schedule dualpipev" + shape) == 6 * M + 2 * (P - 1));
+        CHECK(makespan("--schedule dualpipev --overlap" + shape) == 4 * M + 3 * P);
+        CHECK(makespan("--schedule zbv --overlap" + shape) == makespan("--schedule zbv" + shape));
+    }
+}
+
 TEST_CASE("schedule --compare: each row is pp::simulate's bubble and peak for that schedule") {
     struct Case { int P, M; std::string costs; pp::Costs c; };
     for (const Case& k : {Case{4, 8, "", pp::Costs{}}, Case{8, 16, " --costs 1,1.5,0.5,0.1", pp::Costs{1, 1.5, 0.5, 0.1}}}) {

@@ -323,6 +323,30 @@ TEST_CASE("one AdamW step from the dumped gradients: the bias-corrected update, 
     }
 }
 
+TEST_CASE("--clip: the gradients scaled by clip / (norm + 1e-6) before AdamW, the norm over every gradient once") {
+    // At --clip 1e-6 the scaled gradients c·g fall below AdamW's eps, so its first step shows the
+    // scale: lr · c·g / (c·|g| + eps) (about lr unclipped). The norm is recomputed from the dump.
+    const double lr = 1e-3, clip = 1e-6, eps = 1e-8;
+    OneStep s = one_step("clip", "--clip 1e-6");
+    double sumsq = 0;
+    for (const pt::st::TensorInfo& t : s.grads.tensors)
+        for (float g : s.grads.to_f32(t.name)) sumsq += double(g) * g;
+    const double c = clip / (std::sqrt(sumsq) + 1e-6);
+    pt::st::File before = pt::st::read(kErnie + "/hf/model.safetensors");
+    int checked = 0;
+    for (const pt::st::TensorInfo& t : s.grads.tensors) {
+        std::vector<float> g = s.grads.to_f32(t.name), p0 = before.to_f32(t.name), p1 = s.model.to_f32(t.name);
+        for (size_t i = 0; i < g.size(); i++) {
+            double step = lr * c * g[i] / (c * std::fabs(g[i]) + eps);
+            if (std::fabs(step) < 1e-2 * lr) continue;   // below the float rounding of the weights' change
+            INFO(t.name << "[" << i << "]: before " << p0[i] << ", after " << p1[i] << ", gradient " << g[i] << ", step " << step);
+            REQUIRE(std::fabs(double(p0[i]) - p1[i] - step) <= 1e-3 * std::fabs(step) + 1e-6 * std::fabs(p0[i]));
+            checked++;
+        }
+    }
+    CHECK(checked > 1000);
+}
+
 namespace {
 // The "lr" of each row of OUT/metrics.jsonl, in order.
 std::vector<double> logged_rates(const std::string& out) {

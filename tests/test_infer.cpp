@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "src/formats/safetensors.hpp"
 #include "src/formats/tokenizer.hpp"
@@ -152,4 +153,54 @@ TEST_CASE("generate: a causal model continues the sentence it learned") {
     CHECK(wrong.code != 0);
     CHECK(wrong.out.find("fill-mask needs a masked LM") != std::string::npos);
     CHECK(full.out.find("--prompt: 128 tokens, special ones included; the model reads at most 128") != std::string::npos);
+}
+
+TEST_CASE("generate --top-k K --temperature X: every token among the model's K likeliest; the seed fixes the text") {
+    std::string data = repeated_corpus(), out = temp_dir("sampling");
+    Run r = run_cli("train --preset tiny --data " + data + " --out " + out +
+                    " --steps 10 --batch 16 --seq 16 --lr 3e-3 --dropout 0 --seed 3 --objective causal");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    pt::Tokenizer tok = pt::Tokenizer::from_file(out + "/vocab.txt");
+    auto text_of = [&](const std::string& flags) {
+        Run g = test::run_command("(" + std::string(PT_CLI) + " generate --model " + out + " --prompt 今天 --tokens 12 " + flags +
+                                  " 2>/dev/null)");   // the text alone: a stop is said on stderr
+        REQUIRE_MESSAGE(g.code == 0, g.out);
+        return g.out.substr(0, g.out.find('\n'));
+    };
+    const int K = 3;
+    int picks = 0, below_top = 0;   // sampled tokens, and those that were not the likeliest
+    std::set<std::string> texts;
+    for (int seed = 1; seed <= 8; seed++) {
+        const std::string flags = "--top-k 3 --temperature 2 --seed " + std::to_string(seed), text = text_of(flags);
+        CHECK(text_of(flags) == text);
+        texts.insert(text);
+        // The model's logits at every position of [CLS] + the text, from eval --dump-logits.
+        std::vector<int32_t> ids = {tok.cls_id()};
+        for (int32_t id : tok.encode(text)) ids.push_back(id);
+        std::vector<int64_t> wide(ids.begin(), ids.end());
+        const int64_t T = int64_t(ids.size());
+        pt::st::Writer w;
+        w.add_i64("input_ids", {1, T}, wide.data());
+        w.write(out + "/inputs.safetensors");
+        Run e = run_cli("eval --model " + out + " --inputs " + out + "/inputs.safetensors --objective causal --dump-logits " + out +
+                        "/dump.safetensors");
+        REQUIRE_MESSAGE(e.code == 0, e.out);
+        pt::st::File dump = pt::st::read(out + "/dump.safetensors");
+        std::vector<float> logits = dump.to_f32("causal_logits");   // (1, T, V)
+        const size_t V = logits.size() / size_t(T);
+        for (int64_t t = 2; t + 1 < T; t++) {   // [CLS] 今 天 are given; the rest was sampled
+            const float* row = logits.data() + t * V;
+            auto never = [&](size_t j) { return j >= tok.size() || int32_t(j) == tok.cls_id() || int32_t(j) == tok.mask_id() || int32_t(j) == tok.unk_id(); };
+            int above = 0;   // text tokens the model found likelier than the one sampled
+            for (size_t j = 0; j < V; j++) above += !never(j) && row[j] > row[ids[size_t(t + 1)]];
+            INFO("seed " << seed << ", position " << t + 1 << ": " << tok.token(ids[size_t(t + 1)]) << " has " << above << " likelier");
+            CHECK(above < K);
+            picks++, below_top += above > 0;
+        }
+    }
+    CHECK(picks >= 20);
+    CHECK(below_top > 0);       // sampled, not always the likeliest
+    CHECK(texts.size() >= 2);   // the seed matters
+    // One candidate is greedy whatever the temperature.
+    CHECK(text_of("--top-k 1 --temperature 2 --seed 5") == text_of("--temperature 0"));
 }

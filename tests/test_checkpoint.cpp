@@ -444,6 +444,43 @@ TEST_CASE("config: Hugging Face and PaddleNLP keys, legacy model_config.json, la
     CHECK(error_of([&] { pt::load_model_config(dir); }).find("not a model directory") != std::string::npos);
 }
 
+TEST_CASE("config.json: each value no model can have is refused, naming the file and the key") {
+    // One edit of a valid config (nano-like's) per row; the load must fail with the row's words.
+    const std::string valid = read_file(fixture("ernie/nano-like/config.json"));
+    REQUIRE_NOTHROW(pt::config_from_json_string(valid, "config.json"));
+    struct Row { std::string from, to, words; };
+    const Row rows[] = {
+        {"\"hidden_size\": 52", "\"hidden_size\": 0", "sizes must be positive"},
+        {"\"num_attention_heads\": 2", "\"num_attention_heads\": 3", "hidden_size 52 is not divisible by num_attention_heads 3"},
+        {"\"hidden_act\": \"gelu\"", "\"hidden_act\": \"swish\"", "hidden_act must be \"gelu\" or \"relu\", got \"swish\""},
+        {"\"hidden_act\": \"gelu\",", "", "missing key \"hidden_act\""},
+        {"\"pad_token_id\": 0", "\"pad_token_id\": 512", "pad_token_id out of range"},
+        {"\"layer_norm_eps\": 1e-12", "\"layer_norm_eps\": 0", "layer_norm_eps must be > 0"},
+        {"\"hidden_dropout_prob\": 0.1", "\"hidden_dropout_prob\": 1", "dropout probabilities must be in [0, 1)"},
+        {"\"attention_probs_dropout_prob\": 0.1", "\"attention_probs_dropout_prob\": -0.1", "dropout probabilities must be in [0, 1)"},
+        {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1025", "num_hidden_layers 1025 is above 1024"},
+        {"\"task_type_vocab_size\": 16", "\"task_type_vocab_size\": 0", "use_task_id needs task_type_vocab_size > 0"},
+        {"\"use_task_id\": true", "\"use_task_id\": 1", "\"use_task_id\" must be true/false"},
+        {"\"position_embedding_type\": \"absolute\"", "\"position_embedding_type\": \"relative_key\"",
+         "position_embedding_type must be \"absolute\""},
+        {"\"vocab_size\": 512", "\"vocab_size\": 512.5", "\"vocab_size\" must be an integer"},
+        {"\"vocab_size\": 512", "\"vocab_size\": 3000000000", "\"vocab_size\" 3000000000 is out of range"},
+        {"\"intermediate_size\": 208", "\"intermediate_size\": 50000000", "intermediate_size 50000000 × hidden_size 52 is more than 2^31"},
+        {"\"model_type\": \"ernie\"", "\"num_labels\": 1", "num_labels must be 0 (no classifier) or at least 2"},
+        {"\"model_type\": \"ernie\"", "\"is_decoder\": \"yes\"", "\"is_decoder\" must be true/false"},
+    };
+    for (const Row& r : rows) {
+        std::string text = valid;
+        REQUIRE_MESSAGE(text.find(r.from) != std::string::npos, r.from);
+        text.replace(text.find(r.from), r.from.size(), r.to);
+        CAPTURE(r.to);
+        std::string e = error_of([&] { pt::config_from_json_string(text, "dir/config.json"); });
+        CHECK(e.find("dir/config.json: ") == 0);
+        CHECK(e.find(r.words) != std::string::npos);
+        CHECK(e.find('\n') == std::string::npos);
+    }
+}
+
 TEST_CASE("use_task_id: inputs without task_type_ids mean task 0, as in Hugging Face and PaddleNLP") {
     std::string dir = temp_dir("task_ids");
     std::vector<Entry> with = read_entries(fixture("ernie/nano-like/inputs.safetensors")), without, zeros = with;

@@ -4,8 +4,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+
+#include "src/formats/safetensors.hpp"
 
 #include "tests/cli_util.hpp"
 #include "tests/model_diff.hpp"
@@ -138,4 +141,29 @@ TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
     Run r = run_cli("train" + common + "--out " + temp_dir("neg_out") + " --resume " + neg + " --no-verify");
     CHECK(r.code != 0);
     CHECK(r.out.find(neg + "/trainer_state.json: \"step\" is negative") != std::string::npos);
+    // A checkpoint without its AdamW moments, or with one of the wrong size, is refused in one line
+    // (after --no-verify's), before any step, with nothing written.
+    auto refused = [&](const std::string& dir, const std::string& flags, const std::string& words) {
+        const std::string out = temp_dir("refused_out");
+        fs::remove_all(out);
+        Run x = run_cli("train" + common + flags + " --out " + out + " --resume " + dir);
+        INFO(flags << "\n" << x.out);
+        CHECK(x.code != 0);
+        CHECK(x.out.find(words) != std::string::npos);
+        CHECK(std::count(x.out.begin(), x.out.end(), '\n') == 2);
+        CHECK(!fs::exists(out));
+    };
+    const std::string moments = temp_dir("moments");
+    fs::copy(ckpt, moments, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    fs::remove(moments + "/pipetrain_manifest.json");   // edited by hand, as by another tool
+    const pt::st::File optimizer = pt::st::read(moments + "/optimizer.safetensors");
+    const pt::st::TensorInfo& first = optimizer.tensors.front();
+    pt::st::Writer shorter;   // the first moment one element short, the rest as saved
+    for (const pt::st::TensorInfo& t : optimizer.tensors)
+        if (&t == &first) shorter.add(t.name, t.dtype, {int64_t(t.end - t.begin) / 4 - 1}, optimizer.data.data() + t.begin, t.end - t.begin - 4);
+        else shorter.add(t.name, t.dtype, t.shape, optimizer.data.data() + t.begin, t.end - t.begin);
+    shorter.write(moments + "/optimizer.safetensors");
+    refused(moments, "--no-verify", moments + "/optimizer.safetensors: " + first.name + " has the wrong size");
+    fs::remove(moments + "/optimizer.safetensors");
+    refused(moments, "--no-verify", moments + ": no optimizer.safetensors or optimizer.safetensors.index.json");
 }

@@ -506,6 +506,45 @@ TEST_CASE("use_task_id: inputs without task_type_ids mean task 0, as in Hugging 
     fs::remove_all(dir);
 }
 
+TEST_CASE("--inputs: an id outside its table, a mask of 2, a sequence too long or no target: one line, eval and train alike") {
+    // base_tiny: vocab 16, 2 token types, 8 positions; tiny_inputs' batch (2, 6) with one edit per row.
+    const std::string base = fixture("bad/base_tiny"), dir = temp_dir("bad_inputs");
+    const pt::st::File good = pt::st::read(tiny_inputs(dir));
+    struct Row { std::string tensor; int at; int64_t value; std::string words; };
+    const Row rows[] = {
+        {"input_ids", 4, 16, "input id 16 out of range [0, 16)"},
+        {"input_ids", 0, -1, "input id -1 out of range [0, 16)"},
+        {"token_type_ids", 7, 2, "token_type id 2 out of range [0, 2)"},
+        {"labels", 3, 16, "target id 16 out of range [0, 16)"},
+        {"labels", 3, -2, "target id -2 out of range [0, 16)"},
+        {"attention_mask", 5, 2, "attention_mask must be 0 or 1"},
+        {"labels", -1, -100, "no target (every label is -100)"},
+        {"", 0, 0, "sequence length 9 exceeds max_position_embeddings 8"},
+    };
+    for (const Row& r : rows) {
+        pt::st::Writer w;
+        for (const char* name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
+            std::vector<int64_t> v = good.to_i64(name);
+            if (r.tensor == name && r.at >= 0) v[size_t(r.at)] = r.value;
+            if (r.tensor == name && r.at < 0) std::fill(v.begin(), v.end(), r.value);
+            if (r.tensor.empty()) v.resize(9, name == std::string("attention_mask") ? 1 : name == std::string("labels") ? 3 : 0);
+            w.add_i64(name, {r.tensor.empty() ? 1 : 2, r.tensor.empty() ? 9 : 6}, v.data());
+        }
+        const std::string path = dir + "/edited.safetensors", out = dir + "/out";
+        w.write(path);
+        for (const std::string& command : {"eval --model " + base + " --inputs " + path,
+                                            "train --model " + base + " --inputs " + path + " --steps 1 --batch 2 --out " + out}) {
+            Run x = run_cli(command);
+            INFO(command << "\n" << x.out);
+            CHECK(x.code != 0);
+            CHECK(x.out.find(path + ": " + r.words) != std::string::npos);
+            CHECK(lines(x.out) == 1);
+            CHECK(!fs::exists(out));
+        }
+    }
+    fs::remove_all(dir);
+}
+
 TEST_CASE("vocab.txt: fewer lines than vocab_size load, more are an error") {
     std::string dir = temp_dir("vocab");
     pt::ModelConfig cfg = pt::load_model_config(fixture("bad/base_tiny"));

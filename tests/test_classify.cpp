@@ -67,6 +67,20 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     Run both = run_cli("classify --model " + out + " 这家酒店很好 --file " + kDev);
     CHECK(both.code != 0);
     CHECK(both.out.find("texts or --file, not both") != std::string::npos);
+    // --file without a text_a header: a text per line (blank ones skipped), as on the command line.
+    std::ofstream(out + "/plain.txt") << "这家酒店很好\n\n房间很脏\n";
+    Run plain = run_cli("classify --model " + out + " --file " + out + "/plain.txt");
+    CHECK(plain.code == 0);
+    CHECK(plain.out == two.out);
+    // A TSV row of another width than its header, or a file without a text: one line naming it.
+    std::ofstream(out + "/wide.tsv") << "label\ttext_a\n1\t好\textra\n";
+    Run wide = run_cli("classify --model " + out + " --file " + out + "/wide.tsv");
+    CHECK(wide.code != 0);
+    CHECK(wide.out == "pipetrain classify: " + out + "/wide.tsv: line 2: 3 columns, the header has 2\n");
+    std::ofstream(out + "/empty.txt") << "\n\n";
+    Run empty = run_cli("classify --model " + out + " --file " + out + "/empty.txt");
+    CHECK(empty.code != 0);
+    CHECK(empty.out == "pipetrain classify: " + out + "/empty.txt: no text to classify\n");
     // Without its head (pooler and classifier) the classifier is not evaluated: a random head
     // scored 0.5 and said nothing.
     pt::st::File f = pt::st::read(out + "/model.safetensors");

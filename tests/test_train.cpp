@@ -615,6 +615,10 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"bench-pipeline --preset huge", "--preset: unknown preset \"huge\""},
         {"bench-pipeline --schedules 1f1b,x", "--schedules: expected gpipe, 1f1b"},   // it said --schedule, train's flag
         {"schedule --schedule x", "--schedule: expected gpipe, 1f1b"},
+        {"schedule --placement v", "--placement: only with --import (a built-in schedule has its own)"},
+        {"train --preset tiny --data " + kSample + " --batch 6 --micro-batches 4", "--batch: 6 is not divisible by --dp × --micro-batches = 4"},
+        {"train --preset tiny --data " + kSample + " --batch 6 --dp 2 --micro-batches 2", "--batch: 6 is not divisible by --dp × --micro-batches = 4"},
+        {"train --model " + kErnie + "/hf --inputs " + kErnie + "/inputs.safetensors --batch 999", "--batch: the --inputs file holds "},
     };
     for (const Case& c : cases) {
         Run r = run_cli(c.args + (c.args.rfind("train", 0) == 0 ? " --out " + out : ""));

@@ -57,6 +57,14 @@ std::string first_difference(const std::string& a_path, const std::string& b_pat
     return "";
 }
 
+// The loss of each step, as metrics.jsonl beside MODEL holds it (full precision).
+std::vector<double> losses(const std::string& model) {
+    std::istringstream in(read_file(model.substr(0, model.rfind('/')) + "/metrics.jsonl"));
+    std::vector<double> v;
+    for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    return v;
+}
+
 std::vector<double> peak_stash(const std::string& out) {
     std::vector<double> v;
     std::istringstream in(out.substr(out.rfind("peak stash bytes per stage:") + 27));
@@ -82,6 +90,7 @@ TEST_CASE("P in {1,2,4} x every schedule x recompute gives bitwise-identical par
                                " --chunks " + std::to_string(c.V) + " --recompute " + recompute;
             std::string model = train("grid" + std::to_string(n++), args);
             CHECK_MESSAGE(first_difference(reference, model, 0) == "", args << " against one device (P = 1)");   // bit for bit
+            CHECK_MESSAGE(losses(model) == losses(reference), args << ": the losses printed");   // recomputing counts no loss twice
         }
 }
 

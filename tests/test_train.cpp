@@ -466,6 +466,25 @@ TEST_CASE("pipetrain schedule plans auto from given costs; train --schedule auto
     fs::remove_all(out);
 }
 
+TEST_CASE("output that cannot be written (a full disk) is an error, not an exit 0 with the text lost") {
+    if (!fs::exists("/dev/full")) {
+        MESSAGE("skipped: no /dev/full here");
+        return;
+    }
+    const std::vector<std::string> commands = {"--help", "schedule --help", "schedule --compare", "partition --preset tiny --stages 2",
+                                               "tokenize --vocab " + fixture("tokenizer/vocab.txt") + " 你好",
+                                               "inspect " + fixture("bad/base_tiny")};
+    for (const std::string& args : commands) {
+        Run r = test::run_command("(" + std::string(PT_CLI) + " " + args + " >/dev/full)");   // stderr to the pipe, stdout to the full disk
+        CAPTURE(args);
+        CAPTURE(r.out);
+        CHECK(r.code == 1);
+        CHECK(r.out.find("pipetrain " + args.substr(0, args.find(' ')) + ": cannot write to stdout") == 0);
+        CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    }
+    CHECK(run_cli("schedule --compare >/dev/null").code == 0);   // where it can write, as before
+}
+
 TEST_CASE("pipetrain CMD --help prints that command's usage and exits 0") {
     struct Case { std::string args, has, lacks; };
     for (const Case& c : {Case{"train --help", "--micro-batches", "fill-mask"}, Case{"generate -h", "--temperature", "--stages"},

@@ -1,7 +1,9 @@
 // pipetrain — the command line. Each subcommand lives next to the code it drives.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <sstream>
 #include <string>
@@ -138,6 +140,15 @@ void print_op_profile(double wall) {
         std::printf("%-28s %10.3f %9lld %6.1f%%\n", t.name, t.seconds, t.calls, 100 * t.seconds / std::max(sum, 1e-12));
 }
 
+// The command's exit code, or 1 where what it printed was lost (a full disk, /dev/full): said on
+// stderr, as coreutils do, not an exit 0 with the output cut short.
+int stdout_written(const std::string& cmd, int rc) {
+    errno = 0;
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
+    std::fprintf(stderr, "pipetrain %s: cannot write to stdout%s%s\n", cmd.c_str(), errno ? ": " : "", errno ? std::strerror(errno) : "");
+    return rc ? rc : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,20 +164,20 @@ int main(int argc, char** argv) {
 #endif
     if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
         std::fputs(kUsage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return stdout_written("--help", argc < 2 ? 2 : 0);
     }
     std::string cmd = argv[1];
     std::vector<std::string> args(argv + 2, argv + argc);
     auto no_verify = std::find(args.begin(), args.end(), "--no-verify");
     if (no_verify != args.end()) pt::set_verify_manifests(false), args.erase(no_verify);
     for (const std::string& a : args)
-        if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("%s", usage_of(cmd).c_str()), 0;
+        if ((a == "--help" || a == "-h") && !usage_of(cmd).empty()) return std::printf("%s", usage_of(cmd).c_str()), stdout_written(cmd, 0);
     try {
         const auto t0 = std::chrono::steady_clock::now();
         ops::lending_on();   // a bad PIPETRAIN_LEND fails here, before any work
         int rc = run(cmd, args, argv[0]);
         if (pt::op_profiling()) print_op_profile(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        return rc;
+        return stdout_written(cmd, rc);
     } catch (const std::exception& e) {
         // An allocation that failed on a stage's thread arrives wrapped, naming its rank and action.
         std::string why = e.what();

@@ -466,6 +466,30 @@ TEST_CASE("pipetrain schedule plans auto from given costs; train --schedule auto
     fs::remove_all(out);
 }
 
+TEST_CASE("PP_VERBOSE=1 prints every transfer of every step: each send with its receive, and their bytes") {
+    // 2 stages, 2 micro-batches of 2 rows × 16 tokens × 64 channels × 4 bytes, 2 steps: rank 0
+    // sends F0 and F1 and receives B0 and B1, rank 1 the other ends, each once a step.
+    std::string out = temp_dir("pp_verbose");
+    Run r = test::run_command("PP_VERBOSE=1 " + std::string(PT_CLI) + " train --preset tiny --data " + kSample +
+                              " --stages 2 --micro-batches 2 --batch 4 --seq 16 --steps 2 --out " + out);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    std::map<std::string, int> seen;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("[pp rank ", 0) == 0) seen[line]++;
+    std::map<std::string, int> want;
+    for (int mb : {0, 1}) {
+        const std::string m = std::to_string(mb);
+        for (const std::string& line : {"[pp rank 0] send F" + m + ".0 to rank 1", "[pp rank 1] recv F" + m + ".0 from rank 0",
+                                        "[pp rank 1] send B" + m + ".0 to rank 0", "[pp rank 0] recv B" + m + ".0 from rank 1"})
+            want[line + " (8192 bytes)"] = 2;
+    }
+    CHECK(seen == want);
+    CHECK(run_cli("train --preset tiny --data " + kSample + " --stages 2 --steps 1 --overwrite --out " + out).out.find("[pp rank") ==
+          std::string::npos);   // silent by default
+    fs::remove_all(out);
+}
+
 TEST_CASE("output that cannot be written (a full disk) is an error, not an exit 0 with the text lost") {
     if (!fs::exists("/dev/full")) {
         MESSAGE("skipped: no /dev/full here");

@@ -405,7 +405,7 @@ TEST_CASE("config: Hugging Face and PaddleNLP keys, legacy model_config.json, la
     CHECK(c.intermediate_size == 3072);   // that class's own defaults
     CHECK(c.type_vocab_size == 2);
     CHECK(!c.use_task_id);
-    CHECK(c.layer_norm_eps == doctest::Approx(1e-12));
+    CHECK(c.layer_norm_eps == 1e-12f);   // exactly: Approx(1e-12) would take 1e-5 (its scale is 1)
 
     // config.json wins over model_config.json; use_task_id must be written out.
     write("config.json", "{" + shape + "}");
@@ -417,7 +417,7 @@ TEST_CASE("config: Hugging Face and PaddleNLP keys, legacy model_config.json, la
     c = pt::load_model_config(dir);
     CHECK(c.num_labels == 4);
     CHECK(c.hidden_act == "relu");
-    CHECK(c.layer_norm_eps == doctest::Approx(1e-12));   // both libraries' default
+    CHECK(c.layer_norm_eps == 1e-12f);   // both libraries' default
 
     write("config.json", "{" + shape + ", \"use_task_id\": false, \"architectures\": [\"ErnieForSequenceClassification\"], "
                                        "\"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}");

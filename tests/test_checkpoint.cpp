@@ -291,9 +291,18 @@ TEST_CASE("sharded checkpoints: load identically; a missing shard or a misplaced
         moved.replace(moved.find(key), key.size(), "\"ernie.pooler.dense.bias\": \"" + s1 + "\"");
         write_index(moved);
         std::string e = error_of([&] { load(dir); });
-        CHECK(e.find("ernie.pooler.dense.bias") != std::string::npos);
-        CHECK(e.find(s1) != std::string::npos);
-        CHECK(e.find('\n') == std::string::npos);
+        const std::string index = dir + "/model.safetensors.index.json";
+        CHECK(e == dir + "/" + s2 + ": holds tensor ernie.pooler.dense.bias, but " + index + " puts it in " + s1);
+
+        // A shard holds a tensor the index does not list; the index lists one its shard lacks.
+        std::string unlisted = map;
+        key = "\"ernie.pooler.dense.bias\": \"" + s2 + "\", ";
+        if (unlisted.find(key) == std::string::npos) key = ", \"ernie.pooler.dense.bias\": \"" + s2 + "\"";
+        REQUIRE(unlisted.find(key) != std::string::npos);
+        write_index(unlisted.replace(unlisted.find(key), key.size(), ""));
+        CHECK(error_of([&] { load(dir); }) == dir + "/" + s2 + ": holds tensor ernie.pooler.dense.bias, which " + index + " does not list");
+        write_index(map + ", \"ernie.extra\": \"" + s1 + "\"");
+        CHECK(error_of([&] { load(dir); }) == index + ": lists tensor ernie.extra in " + s1 + ", which does not hold it");
 
         // A shard is missing.
         write_index(map);

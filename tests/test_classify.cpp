@@ -148,6 +148,11 @@ TEST_CASE("classification input errors are one line") {
     std::ofstream(out + "/dup.tsv") << "label\ttext_a\tlabel\n1\t很好\tx\n";
     Run dup = run_cli("train --preset tiny --task classify --labels 2 --data " + out + "/dup.tsv --out " + out + "/m");
     CHECK(dup.out.find("header: column \"label\" appears twice") != std::string::npos);
+    // A label is a whole integer: "1x" is not read as 1.
+    std::ofstream(out + "/suffix.tsv") << "label\ttext_a\n1\t很好\n1x\t很差\n";
+    Run suffix = run_cli("train --preset tiny --task classify --labels 2 --data " + out + "/suffix.tsv --out " + out + "/m");
+    CHECK(suffix.code != 0);
+    CHECK(suffix.out.find(out + "/suffix.tsv: line 3: label \"1x\" is not an integer") != std::string::npos);
 }
 
 TEST_CASE("a TSV saved as \"UTF-8 with BOM\" and CRLF, blank lines included, reads as the plain one") {

@@ -345,7 +345,7 @@ TEST_CASE("load problems: missing, mis-shaped, wrong dtype, unexpected (strict),
     one_line_with({file, ffn, "[48, 96]", "expected [96, 48]"});
 
     edit([&](auto& v) { entry(v, ffn)->dtype = "I32"; });
-    one_line_with({ffn, "I32", "F32"});
+    one_line_with({ffn, "has dtype I32, expected F32 (F64, F16, BF16)"});   // the check's, before any tensor is read
 
     auto whole = load(src);
     edit([&](auto& v) { v.push_back({"ernie.extra.weight", "F32", {2}, std::vector<uint8_t>(8, 0)}); });
@@ -415,6 +415,11 @@ TEST_CASE("config: Hugging Face and PaddleNLP keys, legacy model_config.json, la
     CHECK(c.type_vocab_size == 2);
     CHECK(!c.use_task_id);
     CHECK(c.layer_norm_eps == 1e-12f);   // exactly: Approx(1e-12) would take 1e-5 (its scale is 1)
+    // A key both outside and inside init_args: the outer one, as the class's own arguments.
+    write("model_config.json", "{\"init_args\": [{\"vocab_size\": 16, \"hidden_size\": 8, \"num_hidden_layers\": 1, "
+                               "\"num_attention_heads\": 2, \"init_class\": \"ErnieModel\"}], \"num_hidden_layers\": 3, "
+                               "\"init_class\": \"ErnieForSequenceClassification\", \"num_classes\": 3}");
+    CHECK(pt::load_model_config(dir).num_hidden_layers == 3);
 
     // config.json wins over model_config.json; use_task_id must be written out.
     write("config.json", "{" + shape + "}");

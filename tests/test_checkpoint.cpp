@@ -559,6 +559,24 @@ TEST_CASE("--inputs: an id outside its table, a mask of 2, a sequence too long o
     fs::remove_all(dir);
 }
 
+TEST_CASE("--inputs without attention_mask or token_type_ids: every position seen, type 0, as Hugging Face") {
+    const std::string base = fixture("bad/base_tiny"), dir = temp_dir("defaults_inputs");
+    const pt::st::File good = pt::st::read(tiny_inputs(dir));
+    auto eval_of = [&](bool with_defaults_written) {
+        pt::st::Writer w;
+        std::vector<int64_t> ids = good.to_i64("input_ids"), labels = good.to_i64("labels"), ones(ids.size(), 1), zeros(ids.size(), 0);
+        w.add_i64("input_ids", {2, 6}, ids.data());
+        w.add_i64("labels", {2, 6}, labels.data());
+        if (with_defaults_written) w.add_i64("attention_mask", {2, 6}, ones.data()), w.add_i64("token_type_ids", {2, 6}, zeros.data());
+        w.write(dir + "/inputs.safetensors");
+        Run r = run_cli("eval --model " + base + " --inputs " + dir + "/inputs.safetensors");
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        return r.out;
+    };
+    CHECK(eval_of(false) == eval_of(true));
+    fs::remove_all(dir);
+}
+
 TEST_CASE("vocab.txt: fewer lines than vocab_size load, more are an error") {
     std::string dir = temp_dir("vocab");
     pt::ModelConfig cfg = pt::load_model_config(fixture("bad/base_tiny"));

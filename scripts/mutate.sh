@@ -163,6 +163,8 @@ sync_tree() {
 }
 echo "scratch copy: $TREE, build: $BUILD"
 mkdir -p "$TREE" "$LOGS"
+# The commit the tree is copied from (the work tree may move on while the mutations run).
+COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . ':!docs/mutation.md' || echo ' (with uncommitted changes)')"
 sync_tree
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
@@ -211,12 +213,17 @@ confirm() {
     echo "$killer"
 }
 
-{
-    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    [ -z "$FLAKY" ] || echo "- flaky without mutation (a kill by one counts only if it fails twice): ${FLAKY//|/, }"
-    echo "- machine: $(uname -sm), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'))"
-    echo "- commit: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . ':!docs/mutation.md' || echo ' (with uncommitted changes)')"
-} >"$SCRATCH/run_info.txt"
+if [ "$RESUME" = 1 ] && [ -s "$SCRATCH/run_info.txt" ] && [ -s "$RESULTS" ]; then
+    # The rows already there keep their commit; this run's are said apart.
+    echo "- resumed $(date -u '+%Y-%m-%d %H:%M UTC') at commit $COMMIT: the rows after the first $(wc -l <"$RESULTS")" >>"$SCRATCH/run_info.txt"
+else
+    {
+        echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+        [ -z "$FLAKY" ] || echo "- flaky without mutation (a kill by one counts only if it fails twice): ${FLAKY//|/, }"
+        echo "- machine: $(uname -sm), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'))"
+        echo "- commit: $COMMIT"
+    } >"$SCRATCH/run_info.txt"
+fi
 [ "$RESUME" = 1 ] || : >"$RESULTS"
 printf '%-36s %-10s %-34s %6s\n' mutation result "killed by" seconds
 START_ALL=$SECONDS

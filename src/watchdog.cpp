@@ -2,11 +2,15 @@
 #include "src/watchdog.hpp"
 
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -29,12 +33,37 @@ std::string seconds(double s) {
 }
 
 // write(2) until done: no stdio lock, which the stuck thread may hold.
-void write_stderr(const std::string& text) {
-    for (size_t done = 0; done < text.size();) {
-        ssize_t n = ::write(2, text.data() + done, text.size() - done);
+void write_stderr(const char* text, size_t size) {
+    for (size_t done = 0; done < size;) {
+        ssize_t n = ::write(2, text + done, size - done);
         if (n <= 0) return;
         done += size_t(n);
     }
+}
+void write_stderr(const std::string& text) { write_stderr(text.data(), text.size()); }
+
+// The last resort: a stopped rank may hold a lock the watching thread needs as well: the
+// allocator's (one malloc arena: src/cli/main.cpp), taken by every string of the report, or mu_.
+// So the watching thread re-arms alarm(2) as it goes, and SIGALRM, where it stalls, writes these
+// words (set beforehand: nothing is allocated in a signal handler) and ends the process.
+char last_words[256];
+size_t last_words_size = 0;
+extern "C" void say_last_words(int) {
+    write_stderr(last_words, last_words_size);
+    ::_exit(kWatchdogExit);
+}
+void arm_last_resort(unsigned seconds, const char* words) {
+    static const bool installed = [] {
+        struct sigaction a {};
+        a.sa_handler = say_last_words;
+        sigemptyset(&a.sa_mask);
+        return ::sigaction(SIGALRM, &a, nullptr) == 0;
+    }();
+    if (!installed) return;
+    ::alarm(0);   // not while the words change
+    last_words_size = std::min(std::strlen(words), sizeof last_words);
+    std::memcpy(last_words, words, last_words_size);
+    ::alarm(seconds);
 }
 }  // namespace
 
@@ -107,11 +136,18 @@ void Watchdog::supervise() {
     std::vector<unsigned long> ticks(size_, ~0ul), actions(size_, ~0ul);
     std::vector<const WatchedPipeline*> pipelines(size_, nullptr);
     std::vector<Clock::time_point> since(size_, Clock::now());
+    std::vector<char> stuck(size_, 0);
+    // Everything the stall and the headline need, made now: from here to the headline nothing allocates.
+    char limits[96], stalled[256];
+    std::snprintf(limits, sizeof limits, "the timeout (%g s) + a grace (%g s)", timeout_s_, grace_s(timeout_s_));
+    const unsigned stall_s = unsigned(std::ceil(deadline_s_)) + 1;
+    std::snprintf(stalled, sizeof stalled, "watchdog: its own thread made no progress for %u s (a stopped thread holds a lock it "
+                  "needs): ending the process (exit %d) without waiting for it\n", stall_s, kWatchdogExit);
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
+        arm_last_resort(stall_s, stalled);   // re-armed ten times a second while this loop goes round
         Clock::time_point now = Clock::now();
-        bool all_left = true;
-        std::vector<int> stuck;
+        bool all_left = true, any_stuck = false;
         for (int r = 0; r < size_; r++) {
             Rank& k = ranks_[r];
             if (k.left) continue;
@@ -120,18 +156,26 @@ void Watchdog::supervise() {
             if (t != ticks[r] || a != actions[r] || k.pipeline != pipelines[r])
                 ticks[r] = t, actions[r] = a, pipelines[r] = k.pipeline, since[r] = now;
             else if (std::chrono::duration<double>(now - since[r]).count() > deadline_s_)
-                stuck.push_back(r);
+                stuck[size_t(r)] = 1, any_stuck = true;
         }
-        if (all_left) return;
-        if (!stuck.empty()) {
-            std::string who;
-            for (size_t i = 0; i < stuck.size(); i++)
-                who += (i ? ", " : "") + std::to_string(first_rank_ + stuck[i]);
-            char limits[96];
-            std::snprintf(limits, sizeof limits, "the timeout (%g s) + a grace (%g s)", timeout_s_, grace_s(timeout_s_));
-            std::string report = "watchdog: no progress from rank" + std::string(stuck.size() > 1 ? "s " : " ") + who +
-                                 " for longer than " + limits + ": ending the process (exit " +
-                                 std::to_string(kWatchdogExit) + ") without waiting for it\n";
+        if (all_left) {
+            ::alarm(0);
+            return;
+        }
+        if (any_stuck) {
+            // The headline first, from this stack: it is out even if the details below wait forever
+            // for a lock the stopped rank holds (then the last resort ends the process 2 s later).
+            char head[512];
+            int n = std::snprintf(head, sizeof head, "watchdog: no progress from rank%s",
+                                  std::count(stuck.begin(), stuck.end(), 1) > 1 ? "s" : "");
+            for (int r = 0, first = 1; r < size_ && n > 0 && size_t(n) < sizeof head; r++)
+                if (stuck[size_t(r)]) n += std::snprintf(head + n, sizeof head - size_t(n), "%s %d", first ? "" : ",", first_rank_ + r), first = 0;
+            if (n > 0 && size_t(n) < sizeof head)
+                n += std::snprintf(head + n, sizeof head - size_t(n), " for longer than %s: ending the process (exit %d) "
+                                   "without waiting for it\n", limits, kWatchdogExit);
+            write_stderr(head, std::min(size_t(n > 0 ? n : 0), sizeof head - 1));
+            arm_last_resort(2, "  (no more detail: a stopped thread holds a lock the report needs)\n");
+            std::string report;
             for (int r = 0; r < size_; r++) {
                 const Rank& k = ranks_[r];
                 std::string line = "  rank " + std::to_string(first_rank_ + r) + ": ";

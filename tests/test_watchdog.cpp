@@ -175,6 +175,10 @@ TEST_CASE("pipetrain train: a rank stopped holding the allocator's lock still en
 #ifndef PT_MALLOC_STALL_SHIM
     MESSAGE("skipped: the malloc shim is built on Linux only");
 #else
+    if (sanitized()) {   // the shim's malloc would free the sanitizer's memory with glibc's free
+        MESSAGE("skipped: a sanitizer's allocator replaces malloc");
+        return;
+    }
     // tests/malloc_stall_shim.c: a second into the run, rank 1 takes the allocator's lock in its next
     // malloc or free and never gives it back; every other thread's malloc then waits forever, the
     // watchdog's report included. It used to hang there (its list of stuck ranks was a vector).

@@ -104,8 +104,9 @@ $LIFE_STATUS
 ## Hangs and signals
 
 - \`build/test_watchdog\`: a rank that blocks forever (in a stage, alone, or stopped by ptrace in a real
-  \`pipetrain train --timeout 1\`) ends the process with exit 124 and every rank's last actions;
-  slow progress does not. $WATCH_STATUS
+  \`pipetrain train --timeout 1\`, or stopped holding the allocator's lock: tests/malloc_stall_shim.c) ends the
+  process with exit 124 and every rank's last actions (the headline alone where the report's
+  allocations would wait for that lock); slow progress does not. $WATCH_STATUS
 - \`build/test_interrupt\`: SIGINT and SIGTERM finish the step, save \`checkpoint-N\`, exit 130 / 143, and the
   printed continue command gives the uninterrupted run's bits; a second signal quits at once and
   leaves every checkpoint whole. $SIG_STATUS

@@ -65,6 +65,17 @@ void arm_last_resort(unsigned seconds, const char* words) {
     std::memcpy(last_words, words, last_words_size);
     ::alarm(seconds);
 }
+// "watchdog: no progress from ranks 0, 1 for longer than LIMITS: ending ...", made on this stack.
+void write_headline(const std::vector<char>& stuck, int first_rank, const char* limits) {
+    char head[512];
+    int n = std::snprintf(head, sizeof head, "watchdog: no progress from rank%s", std::count(stuck.begin(), stuck.end(), 1) > 1 ? "s" : "");
+    for (size_t r = 0, first = 1; r < stuck.size() && n > 0 && size_t(n) < sizeof head; r++)
+        if (stuck[r]) n += std::snprintf(head + n, sizeof head - size_t(n), "%s %d", first ? "" : ",", first_rank + int(r)), first = 0;
+    if (n > 0 && size_t(n) < sizeof head)
+        n += std::snprintf(head + n, sizeof head - size_t(n), " for longer than %s: ending the process (exit %d) without waiting for it\n",
+                           limits, kWatchdogExit);
+    write_stderr(head, std::min(size_t(n > 0 ? n : 0), sizeof head - 1));
+}
 }  // namespace
 
 void beat(const char* phase, int step) {
@@ -165,15 +176,7 @@ void Watchdog::supervise() {
         if (any_stuck) {
             // The headline first, from this stack: it is out even if the details below wait forever
             // for a lock the stopped rank holds (then the last resort ends the process 2 s later).
-            char head[512];
-            int n = std::snprintf(head, sizeof head, "watchdog: no progress from rank%s",
-                                  std::count(stuck.begin(), stuck.end(), 1) > 1 ? "s" : "");
-            for (int r = 0, first = 1; r < size_ && n > 0 && size_t(n) < sizeof head; r++)
-                if (stuck[size_t(r)]) n += std::snprintf(head + n, sizeof head - size_t(n), "%s %d", first ? "" : ",", first_rank_ + r), first = 0;
-            if (n > 0 && size_t(n) < sizeof head)
-                n += std::snprintf(head + n, sizeof head - size_t(n), " for longer than %s: ending the process (exit %d) "
-                                   "without waiting for it\n", limits, kWatchdogExit);
-            write_stderr(head, std::min(size_t(n > 0 ? n : 0), sizeof head - 1));
+            write_headline(stuck, first_rank_, limits);
             arm_last_resort(2, "  (no more detail: a stopped thread holds a lock the report needs)\n");
             std::string report;
             for (int r = 0; r < size_; r++) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "src/cli/train.hpp"
 #include "tests/cli_util.hpp"
 
 using namespace test;
@@ -59,9 +60,13 @@ TEST_CASE("replicas: the ring sum of the gradients, within a node or across, ove
         return 1e3 * (2.0 * 3 / 4 * grad_bytes / bandwidth + 2.0 * 3 * latency_s);
     };
     double sum_in = after(in.out, "\nstep ") - compute, sum_out = after(out.out, "\nstep ") - compute;
-    // The gradients' bytes, from the within-node sum: then the across-node one must follow from them.
-    double grad_bytes = (sum_in / 1e3 - 6e-6) / (1.5 / 1e9);
-    CHECK(grad_bytes > 1e5);
+    // The gradients' bytes, counted here: every parameter of the tiny preset, the head's tied copy
+    // of the word embedding included (it is summed over the replicas too). They were derived from
+    // the within-node sum by the formula under test, so a wrong ring factor passed.
+    double grad_bytes = 0;
+    const pt::ForwardModel tiny = pt::forward_model(pt::ModelConfig::preset("tiny"));
+    for (const pt::Layer* l : tiny.layers) grad_bytes += 4.0 * double(l->params.size());
+    CHECK(sum_in == doctest::Approx(ring_ms(grad_bytes, 1e-6, 1e9)).epsilon(0.02));
     CHECK(sum_out == doctest::Approx(ring_ms(grad_bytes, 1e-3, 1e6)).epsilon(0.02));
     // Latency alone (a link of 1 PB/s): 2(D - 1) hops of 2 ms each.
     Run hops = run_cli(flags + "--links 2000,1e6,2000,1e6");

@@ -130,6 +130,23 @@ TEST_CASE("a manifest refuses a flipped byte, a truncation or a missing file, na
     CHECK(error_of([&] { pt::verify_dir(d); }) == "");
 }
 
+TEST_CASE("another manifest over unchanged files is checked again, not taken from what was verified") {
+    // verify_dir hashes a directory once per process, keyed by its files' sizes and times: a
+    // manifest sealed for other bytes of vocab.txt, put in place while vocab.txt is as verified
+    // (the same size and time), was accepted from that memory.
+    std::string d = sealed_dir("swapped");
+    CHECK(error_of([&] { pt::verify_dir(d); }) == "");
+    const std::string vocab = d + "/vocab.txt", original = read_file(vocab);
+    const fs::file_time_type time = fs::last_write_time(vocab);
+    std::string other = original;
+    other[0] = char(other[0] ^ 1);   // the same size
+    write(vocab, other);
+    pt::seal_dir(d);                 // the manifest of the other bytes
+    write(vocab, original);
+    fs::last_write_time(vocab, time);
+    CHECK(error_of([&] { pt::verify_dir(d); }).rfind(vocab + ": does not match its SHA-256", 0) == 0);
+}
+
 TEST_CASE("staging, trash and interrupted saves are refused by name; recovery commits only what is whole") {
     std::string out = temp_dir("recover");
     std::string a = sealed_dir("recover_a");

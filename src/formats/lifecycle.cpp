@@ -172,14 +172,16 @@ void verify_dir(const std::string& dir) {
                                     "pipetrain always seals; pass --no-verify to load it unchecked");
     if (files.empty()) return;   // another tool's directory: nothing to check
     // Each directory is hashed once per process (--resume reads trainer_state.json, then the
-    // model), unless a file changed since: the key holds every file's size and time of change.
-    std::error_code ec;
-    std::string key = fs::weakly_canonical(dir, ec).string();
-    for (const ManifestEntry& e : files) {
+    // model), unless a file changed since: the key holds the size and time of change of every
+    // file, the manifest's too (another manifest over the same files must be checked again).
+    auto stamp = [&](const std::string& name) {
         struct stat st;
-        if (::stat((dir + "/" + e.name).c_str(), &st) == 0)
-            key += "|" + std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-    }
+        if (::stat((dir + "/" + name).c_str(), &st) != 0) return std::string("|?");
+        return "|" + std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    };
+    std::error_code ec;
+    std::string key = fs::weakly_canonical(dir, ec).string() + stamp(kManifest);
+    for (const ManifestEntry& e : files) key += stamp(e.name);
     static std::mutex mu;
     static std::set<std::string> verified;
     {

@@ -662,12 +662,16 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --batch 6 --micro-batches 4", "--batch: 6 is not divisible by --dp × --micro-batches = 4"},
         {"train --preset tiny --data " + kSample + " --batch 6 --dp 2 --micro-batches 2", "--batch: 6 is not divisible by --dp × --micro-batches = 4"},
         {"train --model " + kErnie + "/hf --inputs " + kErnie + "/inputs.safetensors --batch 999", "--batch: the --inputs file holds "},
+        {"tokenize --vocab " + fixture("tokenizer/vocab_no_unk.txt") + " x", "pipetrain tokenize: " + fixture("tokenizer/vocab_no_unk.txt")},
+        {"tokenize --vocab " + fixture("tokenizer/vocab.txt") + " --file /dev/null", "/dev/null"},   // it exited 2, unlike the others
+        {"vocab --data /no/such/corpus.txt --out " + out + "/v.txt", "pipetrain vocab: /no/such/corpus.txt"},
     };
     for (const Case& c : cases) {
         Run r = run_cli(c.args + (c.args.rfind("train", 0) == 0 ? " --out " + out : ""));
         CAPTURE(c.args);
         CAPTURE(r.out);
-        CHECK(r.code != 0);
+        // 2: there is no such command (as with no command at all); 1: the command refused its input.
+        CHECK(r.code == (c.needle.find("unknown command") != std::string::npos ? 2 : 1));
         CHECK(r.out.find(c.needle) != std::string::npos);
         CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
         CHECK(!fs::exists(out));

@@ -2,7 +2,7 @@
 # scripts/sanitize.sh — the CPU build under a sanitizer, and every CPU test run with it:
 #   scripts/sanitize.sh [address|thread] [build-dir]
 #   address (default): AddressSanitizer + UndefinedBehaviorSanitizer; thread: ThreadSanitizer
-# About 10 minutes on 2 cores; not part of scripts/test.sh. Tests that run the `pipetrain` CLI
+# About an hour on 2 cores (address: a 40-minute build, 27 minutes of tests); not part of scripts/test.sh. Tests that run the `pipetrain` CLI
 # run the sanitized binary, and a report written by such a child process (whose failure a test
 # may have expected) is caught too: every report goes to a file under build-dir/reports, and
 # any file there fails the script.

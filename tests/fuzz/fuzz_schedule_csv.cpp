@@ -206,31 +206,48 @@ std::string execute(const pt::CsvSchedule& cs) {
     return total == expected ? "" : "the executor ran " + std::to_string(total) + " of " + std::to_string(expected) + " actions";
 }
 
-// A schedule from the bytes after '#': P (1-4), V (1-2), the placement, M (1-6), then each
-// rank's list, one choice a step among the actions its own list allows next (any F; a B, or a BI,
-// after its F; a BW after its BI), a backward split or not, and an F&B pair or not. Whether the
-// ranks' lists fit together is left to the parser to decide. (Bytes past the end read as 0.)
+// A schedule from the bytes after '#': P (1-4), V (1-2), the placement, M (1-6), whether in one
+// global order, then one choice a step among the actions the ranks may take next: in each rank's
+// own order, any F; a B, or a BI, after its F; a BW after its BI (a backward split or not, and an
+// F&B pair or not, are choices too). In one global order an action also waits for the stage
+// whose output it needs, so every rank's inputs exist before it runs (but a send may still wait
+// for its receive); otherwise whether the ranks' lists fit together is left to the parser.
+// Bytes past the end read as 0.
 std::string generate(const uint8_t* data, size_t size) {
     size_t at = 1;
-    auto next = [&](int n) { return at < size ? int(data[at++] % n) : 0; };
-    int P = 1 + next(4), V = 1 + next(2);
+    auto next = [&](size_t n) { return at < size ? size_t(data[at++]) % n : 0; };
+    const int P = 1 + int(next(4)), V = 1 + int(next(2));
     pp::Schedule s(static_cast<size_t>(P));
     s.placement = V == 2 && next(2) ? pp::Placement::vee : pp::Placement::loop;
-    int M = 1 + next(6);
-    for (int r = 0; r < P; r++) {
-        std::vector<pp::Action> ready;   // what this rank's own order allows next
+    const int M = 1 + int(next(6)), S = P * V;
+    const bool global = next(2);
+    const pp::Layout layout{P, V, s.placement};
+    std::vector<std::vector<pp::Action>> ready(static_cast<size_t>(P));   // what each rank's own order allows next
+    for (int r = 0; r < P; r++)
         for (int c = 0; c < V; c++)
-            for (int mb = 0; mb < M; mb++) ready.push_back({pp::Op::F, mb, c});
-        while (!ready.empty()) {
-            size_t k = size_t(next(int(ready.size())));
-            pp::Action a = ready[k];
-            ready.erase(ready.begin() + long(k));
-            if (a.op == pp::Op::F) ready.push_back({next(2) ? pp::Op::BI : pp::Op::B, a.microbatch, a.chunk});
-            if (a.op == pp::Op::BI) ready.push_back({pp::Op::BW, a.microbatch, a.chunk});
-            a.overlapped = a.op != pp::Op::F && a.op != pp::Op::BW && !s[r].empty() && s[r].back().op == pp::Op::F &&
-                           !s[r].back().overlapped && next(4) == 0;
-            s[r].push_back(a);
-        }
+            for (int mb = 0; mb < M; mb++) ready[r].push_back({pp::Op::F, mb, c});
+    std::vector<char> made_x(size_t(S) * M, 0), made_dx(size_t(S) * M, 0);   // [stage * M + mb]: outputs, input gradients
+    auto inputs_made = [&](int r, const pp::Action& a) {
+        int st = layout.stage(r, a.chunk);
+        if (a.op == pp::Op::F) return st == 0 || made_x[size_t(st - 1) * M + a.microbatch];
+        return a.op == pp::Op::BW || st == S - 1 || made_dx[size_t(st + 1) * M + a.microbatch];
+    };
+    for (;;) {
+        std::vector<std::pair<int, size_t>> can;   // (rank, index in ready)
+        for (int r = 0; r < P; r++)
+            for (size_t k = 0; k < ready[r].size(); k++)
+                if (!global || inputs_made(r, ready[r][k])) can.push_back({r, k});
+        if (can.empty()) break;
+        auto [r, k] = can[next(can.size())];
+        pp::Action a = ready[r][k];
+        ready[r].erase(ready[r].begin() + long(k));
+        size_t at_stage = size_t(layout.stage(r, a.chunk)) * M + a.microbatch;
+        if (a.op == pp::Op::F) made_x[at_stage] = 1, ready[r].push_back({next(2) ? pp::Op::BI : pp::Op::B, a.microbatch, a.chunk});
+        if (a.op == pp::Op::B || a.op == pp::Op::BI) made_dx[at_stage] = 1;
+        if (a.op == pp::Op::BI) ready[r].push_back({pp::Op::BW, a.microbatch, a.chunk});
+        a.overlapped = a.op != pp::Op::F && a.op != pp::Op::BW && !s[r].empty() && s[r].back().op == pp::Op::F &&
+                       !s[r].back().overlapped && next(4) == 0;
+        s[r].push_back(a);
     }
     return pt::schedule_csv(s);
 }

@@ -308,6 +308,7 @@ void gather_trace(TrainRun& w, pp::Comm& comm, int rank, const std::vector<pp::E
     std::vector<std::string> errors = gather_bytes(comm, rank, std::string((const char*)&clock_error, sizeof clock_error), pt::kTagClockError);
     double moments = double(w.optim[rank]->bytes());   // ZeRO-1 shows here: about 1/D of them
     std::vector<std::string> held = gather_bytes(comm, rank, std::string((const char*)&moments, sizeof moments), pt::kTagMoments);
+    if (rank != 0) return;   // the rest is rank 0's: the ranks of a process (threads) share w
     w.moment_bytes.assign(held.size(), 0.0);
     for (size_t r = 0; r < held.size(); r++) std::memcpy(&w.moment_bytes[r], held[r].data(), std::min(sizeof(double), held[r].size()));
     for (size_t r = 0; r < all.size(); r++) {

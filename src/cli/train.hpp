@@ -140,7 +140,6 @@ struct TrainRun : TrainFlags {
     double clock_error_us = 0;                         // how far the ranks' clocks may be off that axis
     std::vector<double> moment_bytes;                  // [rank]: its AdamW moments' bytes, for the trace
     EvalResult final_eval;
-    int eval_step = 0;                                 // the step of the evaluation in progress
     // ---- plots (src/cli/plot.cpp): OUT/metrics.jsonl, a line per step; the step being logged
     MetricsLog metrics;
     StepRecord record;

@@ -84,8 +84,8 @@ void dump_gradients(TrainRun& w, pp::Comm& comm, int rank) {
     comm.barrier();   // rank 0 may read the gradients of its process's ranks: before they are clipped
 }
 
-// --eval-every: replica 0's layers, gathered to rank 0, on the held-out batches.
-void evaluate_during_run(TrainRun& w, pp::Comm& comm, int rank, Device mine) {
+// --eval-every: replica 0's layers, gathered to rank 0, on the held-out batches, after `step` steps.
+void evaluate_during_run(TrainRun& w, pp::Comm& comm, int rank, Device mine, int step) {
     const Setup& s = *w.setup;
     std::vector<std::unique_ptr<Layer>> held;
     std::vector<Layer*> layers = gather_replica(w, comm, rank, false, held);
@@ -93,7 +93,7 @@ void evaluate_during_run(TrainRun& w, pp::Comm& comm, int rank, Device mine) {
     set_device(Device{});
     EvalResult ev = evaluate(layers, s.eval, s.objective == Objective::causal);
     if (ev.targets > 0 && !std::isfinite(ev.loss()))
-        throw std::runtime_error("step " + std::to_string(w.eval_step) + ": the eval loss is not finite: the model diverged "
+        throw std::runtime_error("step " + std::to_string(step) + ": the eval loss is not finite: the model diverged "
                                  "(lower --lr); nothing saved after the last checkpoint");
     if (ev.targets == 0) std::printf("  %s\n", ev.summary(false).c_str());
     else if (s.cfg.num_labels > 0) std::printf("  eval | loss %.4f | accuracy %.4f\n", ev.loss(), ev.accuracy());
@@ -228,7 +228,7 @@ void run_rank(TrainRun& w, pp::Comm& comm, int rank) {
             w.last_loss = targets ? o.loss_sum / double(targets) : 0.0;
             print_step(w, step, w.last_loss, lr, o.norm, slots, std::chrono::duration<double>(Clock::now() - t_start).count());
         }
-        if (eval_now) w.eval_step = step + 1, pt::beat("evaluation"), evaluate_during_run(w, comm, rank, mine);
+        if (eval_now) pt::beat("evaluation"), evaluate_during_run(w, comm, rank, mine, step + 1);
         if (rank == 0 && step + 1 < w.steps) w.metrics.append(w.record);   // the last one after the final evaluation
         if (save_now) pt::beat("checkpoint"), save_checkpoint(w, comm, rank, step + 1);
         if (stop && !w.stopped_at) w.stopped_at = step + 1;

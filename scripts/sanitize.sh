@@ -2,10 +2,10 @@
 # scripts/sanitize.sh — the CPU build under a sanitizer, and every CPU test run with it:
 #   scripts/sanitize.sh [address|thread] [build-dir]
 #   address (default): AddressSanitizer + UndefinedBehaviorSanitizer; thread: ThreadSanitizer
-# About an hour on 2 cores (address: a 40-minute build, 27 minutes of tests); not part of scripts/test.sh. Tests that run the `pipetrain` CLI
-# run the sanitized binary, and a report written by such a child process (whose failure a test
-# may have expected) is caught too: every report goes to a file under build-dir/reports, and
-# any file there fails the script.
+# About an hour on 2 cores (address: a 40-minute build, 27 minutes of tests); not part of
+# scripts/test.sh. Tests that run the `pipetrain` CLI run the sanitized binary, and a report
+# written by such a child process (whose failure a test may have expected) is caught too: every
+# report goes to a file under build-dir/reports, and any file there fails the script.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KIND=${1:-address}

@@ -22,6 +22,7 @@
 #include "src/model.hpp"
 #include "src/stage.hpp"
 #include "src/step.hpp"
+#include "tests/rendezvous_comm.hpp"
 
 using namespace pp;
 using pt::run_ranks;
@@ -137,21 +138,48 @@ Grads serial(int S, int M) {
     return g;
 }
 
-// Runs one step of `schedule` on P threads; returns the gradients gathered per virtual stage.
-Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Event>>* timelines = nullptr) {
+// One step of `schedule` on P threads over `comm` (ThreadComm, whose sends are buffered), or over
+// test::RendezvousComm (NCCL's semantics: a send waits for its receive), with plan_for's plans.
+enum class Sends { buffered, unbuffered };
+void run_threads(const Schedule& schedule, int V, std::vector<ToyStage>& stages, std::vector<std::vector<Event>>& events,
+                 Sends sends) {
     int P = int(schedule.size());
-    ThreadWorld world(P, 2.0);
-    std::vector<ToyStage> stages;
-    for (int r = 0; r < P; r++) stages.emplace_back(r, P, V, -1, schedule.placement);
     std::vector<int> ranks(P);
     for (int r = 0; r < P; r++) ranks[r] = r;
-    std::vector<std::vector<Event>> events(P);
-    run_ranks(world, [&](int r) {
-        ThreadComm comm(world, r);
+    auto step = [&](int r, Comm& comm) {
         Pipeline pipeline(schedule, V, stages[r], comm, r, ranks, plan_for(schedule, V));
         pipeline.run_step();
         events[r] = pipeline.timeline();
-    });
+    };
+    if (sends == Sends::buffered) {
+        ThreadWorld world(P, 2.0);
+        run_ranks(world, [&](int r) { ThreadComm comm(world, r); step(r, comm); });
+        return;
+    }
+    test::RendezvousWorld world(P);
+    std::vector<std::string> errors(P);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < P; r++)
+        threads.emplace_back([&, r] {
+            test::RendezvousComm comm(world, r, P);
+            try {
+                step(r, comm);
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    for (const std::string& e : errors) REQUIRE_MESSAGE(e.empty(), e);
+}
+
+// Runs one step of `schedule` on P threads; returns the gradients gathered per virtual stage.
+Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Event>>* timelines = nullptr,
+                   Sends sends = Sends::buffered) {
+    int P = int(schedule.size());
+    std::vector<ToyStage> stages;
+    for (int r = 0; r < P; r++) stages.emplace_back(r, P, V, -1, schedule.placement);
+    std::vector<std::vector<Event>> events(P);
+    run_threads(schedule, V, stages, events, sends);
     Grads g{std::vector<float>(P * V, 0.0f), std::vector<float>(P * V, 0.0f)};
     Layout at{P, V, schedule.placement};
     for (int r = 0; r < P; r++)
@@ -176,7 +204,7 @@ Grads run_pipeline(const Schedule& schedule, int V, std::vector<std::vector<Even
 
 }  // namespace
 
-TEST_CASE("pipeline equals serial, bit for bit, for every schedule") {
+TEST_CASE("pipeline equals serial, bit for bit, for every schedule, with buffered and unbuffered sends") {
     for (int P = 1; P <= 4; P++) {
         int M = 2 * P + 1;
         std::vector<std::pair<std::string, Schedule>> cases = {
@@ -184,10 +212,12 @@ TEST_CASE("pipeline equals serial, bit for bit, for every schedule") {
         for (const auto& [name, schedule] : cases) {
             INFO(name << " P=" << P);
             CHECK(run_pipeline(schedule, 1) == serial(P, M));
+            CHECK(run_pipeline(schedule, 1, nullptr, Sends::unbuffered) == serial(P, M));
         }
         for (int V = 1; V <= 3; V++) {
             INFO("interleaved P=" << P << " V=" << V);
             CHECK(run_pipeline(interleaved(P, 2 * P, V), V) == serial(P * V, 2 * P));
+            CHECK(run_pipeline(interleaved(P, 2 * P, V), V, nullptr, Sends::unbuffered) == serial(P * V, 2 * P));
         }
     }
 }
@@ -207,6 +237,7 @@ TEST_CASE("the new schedules and the V shape equal serial too, late sends includ
             INFO(name << " P=" << P);
             int m = name == "interleaved-zb" ? 2 * P : M;
             CHECK(run_pipeline(schedule, V) == serial(P * V, m));
+            CHECK(run_pipeline(schedule, V, nullptr, Sends::unbuffered) == serial(P * V, m));   // NCCL's semantics
         }
     }
 }

@@ -35,9 +35,9 @@ class RendezvousWorld {
         if (!cv_.wait_until(lock, deadline, all_done)) abort_locked("rank " + std::to_string(rank) + " waited 5 s: a hang");
         if (aborted_) throw std::runtime_error(why_);
     }
-    void abort(const std::string& why) {
+    void abort(const std::string& why) {   // wakes every waiting rank, which then throws `why`
         std::lock_guard<std::mutex> lock(mu_);
-        abort_locked(why);
+        stop(why);
     }
 
  private:
@@ -65,9 +65,12 @@ class RendezvousWorld {
         }
         return t;
     }
-    void abort_locked(const std::string& why) {
+    void stop(const std::string& why) {   // the first reason is kept
         if (!aborted_) aborted_ = true, why_ = why;
         cv_.notify_all();
+    }
+    [[noreturn]] void abort_locked(const std::string& why) {
+        stop(why);
         throw std::runtime_error(why_);
     }
 
@@ -90,12 +93,7 @@ class RendezvousComm : public pp::Comm {
     }
     void recv(void* data, size_t bytes, int peer, int tag) override { group({{false, data, bytes, peer, tag}}); }
     void group(const std::vector<pp::P2POp>& ops) override { world_.group(rank_, ops); }
-    void abort(const std::string& why) override {
-        try {
-            world_.abort(why);
-        } catch (const std::runtime_error&) {
-        }
-    }
+    void abort(const std::string& why) override { world_.abort(why); }
 
  private:
     RendezvousWorld& world_;

@@ -17,12 +17,7 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>

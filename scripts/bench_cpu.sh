@@ -12,6 +12,7 @@
 #   scripts/bench_cpu.sh [--quick] [--update-docs]     --quick: fewer steps and rounds (a smoke run, noisier)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/machine.sh
 quick=0
 table=runs/cpu-bench.md   # running the bench does not change the tree; --update-docs does
 for arg in "$@"; do
@@ -42,7 +43,7 @@ peer_ok=1
 have_peer || { peer_ok=0; echo "bench_cpu: no python3-torch here: the PyTorch columns are skipped"; }
 blas="OpenBLAS $(dpkg-query -W -f '${Version}' libopenblas0-pthread 2>/dev/null || echo '?')"
 openblas || blas="the reference BLAS (no OpenBLAS installed: torch's GEMM is slow, the ratios flatter pipetrain)"
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+cpu=$(machine_cpu)
 coretype=${OPENBLAS_CORETYPE:-}
 echo "machine: $(nproc) cores, $cpu; OPENBLAS_CORETYPE=${coretype:-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-(unset)}; peer BLAS: $blas"
 echo "pipetrain GEMM micro-kernel: $($pt bench-gemm --seconds 0.01 | awk 'NR == 2 { print $1 }')"
@@ -102,7 +103,7 @@ steady() {   # $1 = log, $2 = B*T
 }
 rss_mib() { awk '/Maximum resident/ { printf "%.0f", $NF / 1024 }' "$1"; }
 step_rows=""
-declare -A pt_best pt_rss torch_best torch_rss torch_how hf_best best_args
+declare -A pt_best pt_rss torch_best torch_rss torch_how hf_best best_args round1
 # The peer at its best: its head on the labelled positions only (as pipetrain's), with this
 # environment's OpenBLAS settings and with them unset (OpenBLAS then picks its kernels for this CPU
 # itself); the faster of the two is the headline, and the row says which kernels OpenBLAS ran.
@@ -110,11 +111,23 @@ declare -A pt_best pt_rss torch_best torch_rss torch_how hf_best best_args
 # On T > 1 threads the peer also tries its thread splits: OpenBLAS's pthreads and torch's intra-op
 # threads each T, or one of them 1 (both T oversubscribes the cores: measured here, small on 2 cores
 # ran 2,211 tok/s so and 4,146 with OpenBLAS on 1 thread and torch on 2).
-peer_run() {   # $1 = set|unset, $2 = preset, $3 = inputs, $4 = OpenBLAS threads, $5 = torch threads, rest = flags
-  local how=$1 preset=$2 inputs=$3 blas_threads=$4 threads=$5; shift 5
+# And with glibc's malloc as it comes and with huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1):
+# torch allocates every step's large tensors afresh, and glibc returns them to the kernel, so each
+# step faults their pages in again. On the VM of 2026-12-06 (AMD EPYC, x86 family 26) a fault cost
+# ~10 µs: a fresh 50 MB tensor 124 ms, the peer's ernie-3.0-nano-zh step 3x slower than with huge
+# pages (878 against 2,663 tok/s), small's 1.6x. pipetrain keeps its buffers from step to step
+# (its steady steps level with and without), so it runs as it comes.
+# Round 1 tries every setting; later rounds only those within 10% of the best of round 1.
+peer_run() {   # $1 = set|unset, $2 = default|huge (malloc), $3 = preset, $4 = inputs, $5 = OpenBLAS threads, $6 = torch threads, rest = flags
+  local how=$1 malloc=$2 preset=$3 inputs=$4 blas_threads=$5 threads=$6; shift 6
   local unset=(); [ "$how" = unset ] && unset=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-  env "${unset[@]}" OPENBLAS_NUM_THREADS="$blas_threads" $peer train --preset "$preset" --inputs "$inputs" \
-    --threads "$threads" --steps "$steps" "$@"
+  local tunables=${GLIBC_TUNABLES:-}
+  [ "$malloc" = huge ] && tunables="${tunables:+$tunables:}glibc.malloc.hugetlb=1"
+  env "${unset[@]}" GLIBC_TUNABLES="$tunables" OPENBLAS_NUM_THREADS="$blas_threads" $peer train --preset "$preset" \
+    --inputs "$inputs" --threads "$threads" --steps "$steps" "$@"
+}
+setting_name() {   # $1 = set|unset, $2 = default|huge, $3 = OpenBLAS threads, $4 = torch threads, $5 = the core OpenBLAS reported
+  echo "OpenBLAS $5 on $3, torch on $4 thread(s), OPENBLAS_CORETYPE $([ "$1" = unset ] && echo unset || echo "${coretype:-unset}"), malloc $([ "$2" = huge ] && echo "huge pages" || echo "as it comes")"
 }
 envs="set unset"; [ -z "$coretype" ] && [ -z "${OPENBLAS_L2_SIZE:-}" ] && envs="set"   # nothing to unset
 # name | preset | batch | seq | pipetrain flags | torch threads
@@ -142,18 +155,24 @@ for r in $(seq "$rounds"); do
     if [ $peer_ok = 1 ]; then
       splits="$tthreads:$tthreads"; [ "$tthreads" -gt 1 ] && splits+=" 1:$tthreads $tthreads:1"
       for how in $envs; do
-        for split in $splits; do
-          out=$(peer_run "$how" "$preset" "$inputs" "${split%:*}" "${split#*:}" --logits labelled)
-          v=$(awk '{ print $2 }' <<<"$out")
-          if [ "${torch_best[$name]:-0}" -lt "$v" ]; then
-            torch_best[$name]=$v torch_rss[$name]=$(awk '{ print $4 }' <<<"$out") best_args[$name]="$how ${split%:*} ${split#*:}"
-            torch_how[$name]="OpenBLAS $(awk '{ print $6 }' <<<"$out") on ${split%:*}, torch on ${split#*:} thread(s), OPENBLAS_CORETYPE $([ "$how" = unset ] && echo unset || echo "${coretype:-unset}")"
-          fi
+        for malloc in default huge; do
+          for split in $splits; do
+            key="$name|$how $malloc ${split%:*} ${split#*:}"
+            # after round 1, only the settings within 10% of its best
+            [ "$r" -gt 1 ] && [ $((${round1[$key]:-0} * 10)) -lt $((${round1[$name]:-0} * 9)) ] && continue
+            out=$(peer_run "$how" "$malloc" "$preset" "$inputs" "${split%:*}" "${split#*:}" --logits labelled)
+            v=$(awk '{ print $2 }' <<<"$out")
+            if [ "$r" = 1 ]; then round1[$key]=$v; [ "${round1[$name]:-0}" -lt "$v" ] && round1[$name]=$v; fi
+            if [ "${torch_best[$name]:-0}" -lt "$v" ]; then
+              torch_best[$name]=$v torch_rss[$name]=$(awk '{ print $4 }' <<<"$out") best_args[$name]="$how $malloc ${split%:*} ${split#*:}"
+              torch_how[$name]=$(setting_name "$how" "$malloc" "${split%:*}" "${split#*:}" "$(awk '{ print $6 }' <<<"$out")")
+            fi
+          done
         done
       done
       if [ "$preset" != ernie-3.0-nano-zh ]; then   # as Hugging Face computes, in the best setting found so far
-        read -r how b t <<<"${best_args[$name]}"
-        v=$(peer_run "$how" "$preset" "$inputs" "$b" "$t" --logits all | awk '{ print $2 }')
+        read -r how malloc b t <<<"${best_args[$name]}"
+        v=$(peer_run "$how" "$malloc" "$preset" "$inputs" "$b" "$t" --logits all | awk '{ print $2 }')
         [ "${hf_best[$name]:-0}" -lt "$v" ] && hf_best[$name]=$v
       fi
     fi
@@ -200,9 +219,12 @@ echo "$profile"
   echo "pipetrain train --inputs (a fixed batch) against scripts/bench_cpu_peer.py: a plain PyTorch"
   echo "model of the same shape (post-LN blocks, exact GELU, tied MLM head, AdamW, clip 1.0). The headline"
   echo "ratio (bold) is against the peer at its best: its head on the labelled positions only, as pipetrain's,"
-  echo "run with this environment's OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE and with both unset, and on T > 1 threads"
-  echo "with OpenBLAS and torch each on T threads or one of them on 1; the fastest kept. The setting column names"
-  echo "the kernels OpenBLAS reported (openblas_get_corename, in the peer's process) and the thread split."
+  echo "run with this environment's OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE and with both unset, with glibc's malloc as it"
+  echo "comes and with huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1: torch allocates a step's large tensors afresh,"
+  echo "and each fresh page is a fault), and on T > 1 threads with OpenBLAS and torch each on T threads or one of them"
+  echo "on 1; the fastest kept (round 1 tries every setting, later rounds those within 10% of its best). pipetrain runs"
+  echo "as it comes (it keeps its buffers from step to step). The setting column names the kernels OpenBLAS reported"
+  echo "(openblas_get_corename, in the peer's process), the thread split and the malloc."
   echo "The next column is the peer computing every position's logits, as Hugging Face's model does, in that best"
   echo "setting (context, not the headline; skipped for ernie-3.0-nano-zh for time). tok/s over $steps steady steps"
   echo "(the first two are not timed); peak RSS of the whole process."

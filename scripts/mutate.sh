@@ -19,6 +19,7 @@
 set -euo pipefail
 export LC_ALL=C   # bytes: a test message cut mid-character must not lose a row of the table
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/machine.sh"
 LIST="$ROOT/scripts/mutations.txt"
 SCRATCH="$ROOT/build-mutate"
 BUILD=""
@@ -220,7 +221,7 @@ else
     {
         echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
         [ -z "$FLAKY" ] || echo "- flaky without mutation (a kill by one counts only if it fails twice): ${FLAKY//|/, }"
-        echo "- machine: $(uname -sm), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'))"
+        echo "- machine: $(uname -sm), $(nproc) cores ($(machine_cpu))"
         echo "- commit: $COMMIT"
     } >"$SCRATCH/run_info.txt"
 fi

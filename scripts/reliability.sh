@@ -7,6 +7,7 @@
 # Uses build/ (made by scripts/test.sh); builds what it needs there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/machine.sh
 FUZZ_SECONDS=${1:-60}
 B=build
 DOC=docs/reliability.md
@@ -68,7 +69,7 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
     else FUZZ="scripts/fuzz.sh failed (exit $rc): $(tail -n 3 "$TMP/fuzz.log" | tr '\n' ' ')"; fi
 fi
 
-CPU=$(sed -nE 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)
+CPU=$(machine_cpu)
 {
 cat <<EOF
 # Reliability figures

@@ -103,7 +103,7 @@ steady() {   # $1 = log, $2 = B*T
 }
 rss_mib() { awk '/Maximum resident/ { printf "%.0f", $NF / 1024 }' "$1"; }
 step_rows=""
-declare -A pt_best pt_rss torch_best torch_rss torch_how hf_best best_args round1
+declare -A pt_best pt_rss torch_best torch_rss torch_how hf_best best_args round1 round1_best
 # The peer at its best: its head on the labelled positions only (as pipetrain's), with this
 # environment's OpenBLAS settings and with them unset (OpenBLAS then picks its kernels for this CPU
 # itself); the faster of the two is the headline, and the row says which kernels OpenBLAS ran.
@@ -159,10 +159,10 @@ for r in $(seq "$rounds"); do
           for split in $splits; do
             key="$name|$how $malloc ${split%:*} ${split#*:}"
             # after round 1, only the settings within 10% of its best
-            [ "$r" -gt 1 ] && [ $((${round1[$key]:-0} * 10)) -lt $((${round1[$name]:-0} * 9)) ] && continue
+            [ "$r" -gt 1 ] && [ $((${round1[$key]:-0} * 10)) -lt $((${round1_best[$name]:-0} * 9)) ] && continue
             out=$(peer_run "$how" "$malloc" "$preset" "$inputs" "${split%:*}" "${split#*:}" --logits labelled)
             v=$(awk '{ print $2 }' <<<"$out")
-            if [ "$r" = 1 ]; then round1[$key]=$v; [ "${round1[$name]:-0}" -lt "$v" ] && round1[$name]=$v; fi
+            if [ "$r" = 1 ]; then round1[$key]=$v; [ "${round1_best[$name]:-0}" -lt "$v" ] && round1_best[$name]=$v; fi
             if [ "${torch_best[$name]:-0}" -lt "$v" ]; then
               torch_best[$name]=$v torch_rss[$name]=$(awk '{ print $4 }' <<<"$out") best_args[$name]="$how $malloc ${split%:*} ${split#*:}"
               torch_how[$name]=$(setting_name "$how" "$malloc" "${split%:*}" "${split#*:}" "$(awk '{ print $6 }' <<<"$out")")

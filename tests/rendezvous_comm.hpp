@@ -12,6 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pipeline.hpp"
@@ -99,5 +100,26 @@ class RendezvousComm : public pp::Comm {
     RendezvousWorld& world_;
     int rank_, P_;
 };
+
+// Runs step(rank, comm) on one thread a rank, all over one RendezvousWorld; each rank's failure
+// message, or "" (a rank that throws aborts the others through the world, so none waits forever).
+template <typename Step>
+std::vector<std::string> run_unbuffered(int P, Step step) {
+    RendezvousWorld world(P);
+    std::vector<std::string> errors(P);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < P; r++)
+        threads.emplace_back([&, r] {
+            RendezvousComm comm(world, r, P);
+            try {
+                step(r, comm);
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+                comm.abort(e.what());
+            }
+        });
+    for (std::thread& t : threads) t.join();
+    return errors;
+}
 
 }  // namespace test

@@ -156,20 +156,7 @@ void run_threads(const Schedule& schedule, int V, std::vector<ToyStage>& stages,
         run_ranks(world, [&](int r) { ThreadComm comm(world, r); step(r, comm); });
         return;
     }
-    test::RendezvousWorld world(P);
-    std::vector<std::string> errors(P);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < P; r++)
-        threads.emplace_back([&, r] {
-            test::RendezvousComm comm(world, r, P);
-            try {
-                step(r, comm);
-            } catch (const std::exception& e) {
-                errors[r] = e.what();
-            }
-        });
-    for (std::thread& t : threads) t.join();
-    for (const std::string& e : errors) REQUIRE_MESSAGE(e.empty(), e);
+    for (const std::string& e : test::run_unbuffered(P, step)) REQUIRE_MESSAGE(e.empty(), e);
 }
 
 // Runs one step of `schedule` on P threads; returns the gradients gathered per virtual stage.

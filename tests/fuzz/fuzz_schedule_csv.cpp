@@ -19,7 +19,6 @@
 #include <array>
 #include <map>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include "pipeline_lab.hpp"
@@ -88,24 +87,14 @@ std::string execute(const pt::CsvSchedule& cs) {
     int P = int(cs.schedule.size());
     pp::Layout layout{P, cs.V, cs.schedule.placement};
     std::vector<pp::Plan> plans = pp::plan_for(cs.schedule, cs.V);
-    test::RendezvousWorld world(P);
     std::vector<int> ranks(P);
     for (int r = 0; r < P; r++) ranks[r] = r;
-    std::vector<std::string> errors(P);
     std::vector<size_t> ran(P, 0);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < P; r++)
-        threads.emplace_back([&, r] {
-            test::RendezvousComm comm(world, r, P);
-            CheckingStage stage(r, layout);
-            try {
-                pp::Pipeline(cs.schedule, cs.V, stage, comm, r, ranks, plans).run_step();
-                ran[r] = stage.actions();
-            } catch (const std::exception& e) {
-                errors[r] = e.what();
-            }
-        });
-    for (std::thread& t : threads) t.join();
+    std::vector<std::string> errors = test::run_unbuffered(P, [&](int r, pp::Comm& comm) {
+        CheckingStage stage(r, layout);
+        pp::Pipeline(cs.schedule, cs.V, stage, comm, r, ranks, plans).run_step();
+        ran[r] = stage.actions();
+    });
     size_t total = 0;
     for (int r = 0; r < P; r++) {
         if (!errors[r].empty()) return errors[r];

@@ -8,7 +8,8 @@
 #      processes, one per namespace, and as 2 replicas (dp 2) across the namespaces with the sums
 #      overlapped and not: the steady step time, on one fixed batch of the preset's 8,000 words (the
 #      model the predictor times; a corpus would give it the corpus's vocabulary);
-#   3. the same shapes predicted from the measured links and the layers timed here (--measured);
+#   3. each run predicted right after it ran, from the measured links and the layers timed then
+#      (--measured): this VM's speed drifts between windows, so a run and its prediction share one;
 #   4. predictions for ERNIE 3.0 base on 64 GPUs, with the assumptions next to the table.
 #   scripts/bench_predict.sh [--quick] [--update-docs]
 set -euo pipefail
@@ -16,6 +17,7 @@ cd "$(dirname "$0")/.."
 source scripts/bench_train_lib.sh
 source scripts/machine.sh
 bench_start predict-bench "$@"
+rounds=$((quick ? 1 : 5))   # five: each round gives a ratio of its own (section 2)
 netns() { PT_NETNS_TIMEOUT=300 tests/netns_mpirun.sh 1 -- "$@"; }
 shape=(--preset small --batch 16 --seq 128 --stages 2 --micro-batches 8 --schedule 1f1b)
 
@@ -28,7 +30,9 @@ netns $pt bench-link --comm mpi >"$tmp/link-netns" 2>&1 || two_hosts=0   # 77: n
 net_link=$([ $two_hosts = 1 ] && links_of "$tmp/link-netns" || echo "")
 cat "$tmp/link-threads"; [ $two_hosts = 1 ] && cat "$tmp/link-netns" || echo "two namespaces: not here ($(tail -n 1 "$tmp/link-netns"))"
 
-# ---- 2. measured steps: ms a step over the steady steps -----------------------------------------
+# ---- 2. measured and predicted in the same window ----------------------------------------------
+# This VM's speed moves by 10-20% within minutes, so each run is predicted right after it ran: the
+# layers timed (--measured) in the window the run was measured in. A prediction takes ~2 s.
 # name | launched across the namespaces? | the shape's flags (train and predict alike)
 runs=(
   "2-stage 1F1B, 2 threads of one process|0|${shape[*]}"
@@ -36,33 +40,35 @@ runs=(
   "2 replicas (dp 2, M = 4), one per namespace, sums overlapped|1|--preset small --batch 16 --seq 128 --stages 1 --dp 2 --micro-batches 4 --dp-overlap 1"
   "2 replicas (dp 2, M = 4), one per namespace, sums after the backward|1|--preset small --batch 16 --seq 128 --stages 1 --dp 2 --micro-batches 4 --dp-overlap 0"
 )
-declare -A measured
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0 && b < 1e29) printf "%.2f", a / b; else printf "-" }'; }
+declare -A measured median predicted ratios
 for _ in $(seq "$rounds"); do
   for r in "${runs[@]}"; do
     IFS='|' read -r name across flags <<<"$r"
     [ "$across" = 1 ] && [ $two_hosts = 0 ] && continue
-    launch=(); comm=(); [ "$across" = 1 ] && launch=(netns) comm=(--comm mpi)
+    launch=(); comm=(); link=$thread_link
+    [ "$across" = 1 ] && launch=(netns) comm=(--comm mpi) link=$net_link
     # shellcheck disable=SC2086
     # PIPETRAIN_LEND=0: each rank keeps to its own core, as on its own node (the predictor's premise)
     PIPETRAIN_LEND=0 "${launch[@]}" $pt train $flags "${comm[@]}" --inputs "$inputs" --dropout 0 --steps $((steps + 2)) --out "$tmp/o" \
       --overwrite >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
-    v=$(steady_ms "$tmp/log" 2048)
-    measured[$name]=$(awk -v a="${measured[$name]:-1e30}" -v b="$v" 'BEGIN { print (b < a ? b : a) }')
+    v=$(steady_ms "$tmp/log" 2048) m=$(median_step_ms "$tmp/log" 2048)
     rm -rf "$tmp/o"
+    # shellcheck disable=SC2086
+    $pt schedule --predict $flags --measured --ranks-per-node 1 --links "$link,$link" | tee "$tmp/pred" >&2
+    p=$(awk '/^step / { print $2 }' "$tmp/pred")
+    ratios[$name]+="${ratios[$name]:+, }$(ratio "$p" "$v")"
+    if awk -v a="${measured[$name]:-1e30}" -v b="$v" 'BEGIN { exit !(b < a) }'; then measured[$name]=$v median[$name]=$m predicted[$name]=$p; fi
   done
 done
 
-# ---- 3. predicted: the same shapes, the layers timed here, the measured link between the ranks ------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0 && b < 1e29) printf "%.2f", a / b; else printf "-" }'; }
+# ---- 3. the table's rows: the best run, its own window's prediction, every round's ratio -----------
 check_rows=""
 for r in "${runs[@]}"; do
-  IFS='|' read -r name across flags <<<"$r"
+  IFS='|' read -r name across _ <<<"$r"
   link=$([ "$across" = 1 ] && echo "$net_link" || echo "$thread_link")
-  if [ "$across" = 1 ] && [ $two_hosts = 0 ]; then check_rows+="| $name | - | not here | - | - |"$'\n'; continue; fi
-  # shellcheck disable=SC2086
-  $pt schedule --predict $flags --measured --ranks-per-node 1 --links "$link,$link" | tee "$tmp/pred" >&2
-  p=$(awk '/^step / { print $2 }' "$tmp/pred")
-  check_rows+="| $name | $link | ${measured[$name]} | $p | $(ratio "$p" "${measured[$name]}") |"$'\n'
+  if [ "$across" = 1 ] && [ $two_hosts = 0 ]; then check_rows+="| $name | - | not here | - | - | - | - |"$'\n'; continue; fi
+  check_rows+="| $name | $link | ${measured[$name]} (${median[$name]}) | ${predicted[$name]} | $(ratio "${predicted[$name]}" "${measured[$name]}") | $(ratio "${predicted[$name]}" "${median[$name]}") | ${ratios[$name]} |"$'\n'
 done
 
 # ---- 4. past this machine ----------------------------------------------------------------------------
@@ -97,12 +103,16 @@ EOF
   echo "node, L the link \`pipetrain bench-link\` measured between the two ranks (latency µs, bandwidth GB/s)."
   echo "Measured: \`pipetrain train FLAGS --inputs F\` (\`small\` with its 8,000 words, F one fixed batch of"
   echo "16 × 128 from \`scripts/bench_cpu_peer.py inputs\`, dropout 0, \`PIPETRAIN_LEND=0\`: no rank runs"
-  echo "another's kernels while it waits, as on nodes of their own), $steps steady steps, the best of $rounds"
-  echo "runs; across the two network namespaces of"
-  echo "\`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so."
+  echo "another's kernels while it waits, as on nodes of their own), $steps steady steps; across the two network"
+  echo "namespaces of \`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so. $rounds rounds,"
+  echo "alternated; each run predicted right after it ran (the layers timed in the same window: this"
+  echo "machine's speed drifts by 10-20% between minutes). The row gives the fastest run (by its mean step),"
+  echo "the mean of its steady steps and their median (the steps of a stretch when one core ran slower move"
+  echo "the mean, not the median; replicas wait for each other every step, so each such step counts), its"
+  echo "own round's prediction, and every round's predicted / mean."
   echo
-  echo "| the two ranks | link (µs, GB/s) | measured ms a step | predicted ms | predicted / measured |"
-  echo "|---|---|---:|---:|---:|"
+  echo "| the two ranks | link (µs, GB/s) | measured ms a step, mean (median) | predicted ms (its round) | predicted / mean | predicted / median | each round, predicted / mean |"
+  echo "|---|---|---:|---:|---:|---:|---|"
   printf '%s' "$check_rows"
   echo
   echo "## Predicted past this machine: ERNIE 3.0 base (12 blocks, hidden 768, vocab 40000), 64 ranks"

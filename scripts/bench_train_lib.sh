@@ -6,6 +6,8 @@
 #                           `small`'s own 8,000 words, 16 × 128 (a corpus would give the model
 #                           the corpus's vocabulary, a head and a tied embedding 25 times lighter).
 #   steady_ms LOG TOKENS    ms a step over the steady steps of a train log (the first two untimed)
+#   median_step_ms LOG TOKENS  the median of those steps, each one's ms (a step slowed by a passing
+#                           neighbour on the VM moves the mean, not the median)
 bench_start() {
   local name=$1 arg; shift
   quick=0 table=runs/$name.md
@@ -31,4 +33,11 @@ bench_start() {
 steady_ms() {   # $1 = log, $2 = tokens a step
   grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
     awk -v bt="$2" '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.1f", 1e3 * (t - t2) / (n - 2) }'
+}
+
+# Step n alone: its end minus step n-1's (tok/s is printed to the unit: ~0.5 ms a step at 5 s).
+median_step_ms() {   # $1 = log, $2 = tokens a step
+  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
+    awk -v bt="$2" '{ t = $1 * bt / $2 } $1 > 2 { print 1e3 * (t - last) } { last = t }' | sort -g |
+    awk '{ v[NR] = $1 } END { printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }

@@ -107,8 +107,8 @@ EOF
   echo "namespaces of \`tests/netns_mpirun.sh\` (TCP over a veth pair) where the row says so. $rounds rounds,"
   echo "alternated; each run predicted right after it ran (the layers timed in the same window: this"
   echo "machine's speed drifts by 10-20% between minutes). The row gives the fastest run (by its mean step),"
-  echo "the mean of its steady steps and their median (the steps of a stretch when one core ran slower move"
-  echo "the mean, not the median; replicas wait for each other every step, so each such step counts), its"
+  echo "the mean of its steady steps and their median (a few slow steps, while one core ran slower, move"
+  echo "the mean more than the median; replicas wait for each other every step, so each such step counts), its"
   echo "own round's prediction, and every round's predicted / mean."
   echo
   echo "| the two ranks | link (µs, GB/s) | measured ms a step, mean (median) | predicted ms (its round) | predicted / mean | predicted / median | each round, predicted / mean |"

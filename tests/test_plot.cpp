@@ -157,8 +157,9 @@ TEST_CASE("metrics.jsonl: one line per step with the keys; eval on the evaluatio
         for (const char* key : {"loss", "lr", "grad_norm", "tok_per_s", "bubble"}) CHECK(j[key].is_number());
         REQUIRE(j["ranks"].size() == 2);
         for (const auto& k : j["ranks"]) {
-            for (const char* key : {"busy_us", "wait_us", "span_us", "peak_stash_bytes", "peak_stashes", "lent_us"})
+            for (const char* key : {"busy_us", "wait_us", "span_us", "peak_stash_bytes", "peak_stashes", "lent_us", "helped_us"})
                 CHECK(k[key].is_number());
+            CHECK(k["helped_us"].get<double>() >= 0);
             CHECK(k["busy_us"].get<double>() > 0);
             CHECK(k["lent_us"].get<double>() <= k["wait_us"].get<double>() + 1);   // lent while it waited
             CHECK(k["busy_us"].get<double>() + k["wait_us"].get<double>() <= k["span_us"].get<double>() * 1.001);

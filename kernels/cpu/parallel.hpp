@@ -64,11 +64,11 @@ class ProcessWaiting {
 };
 
 // The calling thread's pieces so far: of its jobs, run by waiting ranks (under MPI, by its helper
-// thread on a waiting process's core); of other ranks' jobs, run while it waited, and the seconds
-// they took (train's per-rank line: "lent: ...").
+// thread on a waiting process's core), and the seconds they ran there (train's "helped: ..."); of
+// other ranks' jobs, run while it waited, and the seconds they took (train's "lent: ...").
 struct LentWork {
     int64_t given = 0, taken = 0;
-    double taken_s = 0;
+    double given_s = 0, taken_s = 0;
 };
 LentWork lent_work();
 

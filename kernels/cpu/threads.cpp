@@ -147,14 +147,18 @@ struct Job {   // a job's pieces, offered to waiting ranks; the owner runs whate
     std::mutex mu;
     std::condition_variable finished;
     std::exception_ptr error;   // the first piece's failure, under mu
+    double lent_s = 0;          // the seconds other threads ran its pieces, under mu
 
-    void run(int piece) {   // on the thread that took it
+    void run(int piece, bool lent) {   // on the thread that took it; lent: not the owner's thread
         const bool outer = tl_inside_parallel;
         tl_inside_parallel = true;   // a parallel_for inside the piece runs inline
+        const auto t0 = std::chrono::steady_clock::now();
         std::exception_ptr e = WorkerPool::run_piece(*fn, n * piece / parts, n * (piece + 1) / parts);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         tl_inside_parallel = outer;
         std::lock_guard<std::mutex> lock(mu);
         if (e && !error) error = e;
+        if (lent) lent_s += seconds;
         if (++done == parts) finished.notify_all();
     }
 };
@@ -211,7 +215,7 @@ void run_lent(int64_t n, int parts, const std::function<void(int64_t, int64_t)>&
         for (std::condition_variable* cv : b.waiting) cv->notify_all();
     }
     int mine = 0;
-    for (int p; (p = job->next.fetch_add(1)) < parts; mine++) job->run(p);
+    for (int p; (p = job->next.fetch_add(1)) < parts; mine++) job->run(p, false);
     tl_lent.given += parts - mine;
     {
         std::lock_guard<std::mutex> lock(b.mu);
@@ -222,6 +226,7 @@ void run_lent(int64_t n, int parts, const std::function<void(int64_t, int64_t)>&
     WorkerPool::watch([&] { return job->done.load(std::memory_order_acquire) == parts; });
     std::unique_lock<std::mutex> lock(job->mu);
     job->finished.wait(lock, [&] { return job->done == parts; });
+    tl_lent.given_s += job->lent_s;
     if (job->error) std::rethrow_exception(job->error);
 }
 
@@ -251,7 +256,7 @@ class ProcessHelper {
             if (stop_) break;
             lock.unlock();
             const int p = job->next.fetch_add(1);
-            if (p < job->parts) job->run(p);
+            if (p < job->parts) job->run(p, true);
             lock.lock();
         }
         b.waiting.erase(std::find(b.waiting.begin(), b.waiting.end(), &cv_));
@@ -321,7 +326,7 @@ bool Lender::wait(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock:
         const int p = job->next.fetch_add(1);
         if (p < job->parts) {
             const auto t0 = std::chrono::steady_clock::now();
-            job->run(p);
+            job->run(p, true);
             tl_lent.taken++;
             tl_lent.taken_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }

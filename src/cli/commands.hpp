@@ -48,6 +48,7 @@ struct RankStep {
     double groups = 0;       // how many send/recv groups
     double stash_bytes = 0, stashes = 0;   // peaks (TransformerStage)
     double lent_us = 0;      // of its waiting, running pieces of other ranks' kernels (kernels/cpu/threads.cpp)
+    double helped_us = 0;    // its own kernels' pieces, run by other threads: waiting ranks, or its process's helper
 };
 
 struct StepRecord {

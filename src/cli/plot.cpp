@@ -42,7 +42,9 @@ namespace pt {
 //   ranks       one object per pipeline rank of replica 0: busy_us (F, B, BI, BW), wait_us (in
 //               send/recv groups: waiting plus transfer), span_us (the step's wall time),
 //               peak_stash_bytes, peak_stashes, lent_us (of its waiting, the time it ran pieces of
-//               other ranks' kernels: ranks as threads on the CPU, kernels/cpu/threads.cpp)
+//               other ranks' kernels: ranks as threads on the CPU, kernels/cpu/threads.cpp),
+//               helped_us (the time other threads ran pieces of its kernels: waiting ranks, or
+//               under MPI its process's helper thread on a waiting process's core)
 //   eval        on steps with an evaluation (--eval-every, and the last step): {loss, accuracy}
 //               for a classifier, {loss, ppl} for a language model
 
@@ -54,7 +56,7 @@ nlohmann::json record_json(const StepRecord& r) {
     for (const RankStep& k : r.ranks)
         ranks.push_back({{"busy_us", us(k.busy_us)}, {"wait_us", us(k.comm_us)}, {"span_us", us(k.span_us)},
                          {"peak_stash_bytes", k.stash_bytes}, {"peak_stashes", int(k.stashes)},
-                         {"lent_us", us(k.lent_us)}});
+                         {"lent_us", us(k.lent_us)}, {"helped_us", us(k.helped_us)}});
     auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"step", r.step}, {"loss", finite(r.loss)}, {"lr", r.lr}, {"grad_norm", finite(r.grad_norm)},
                         {"tok_per_s", r.tok_per_s}, {"bubble", r.bubble}, {"ranks", ranks}};
@@ -255,6 +257,10 @@ std::string rank_time_report(const std::vector<RankStep>& ranks) {
         // A rank run as a thread lends its core while it waits (kernels/cpu/threads.cpp).
         if (k.lent_us > 0) {
             std::snprintf(line, sizeof line, " | lent: ran other ranks' kernel pieces %.2f ms", k.lent_us / 1e3);
+            out += line;
+        }
+        if (k.helped_us > 0) {   // under MPI, by a helper thread on a waiting process's core
+            std::snprintf(line, sizeof line, " | helped: its kernel pieces run by others %.2f ms", k.helped_us / 1e3);
             out += line;
         }
         out += "\n";

@@ -48,7 +48,7 @@ double lr_at(int step, int steps, int warmup, double lr) {
     return lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
-constexpr int kSlots = 9;   // per rank in the step's reduction (step_slots)
+constexpr int kSlots = 10;   // per rank in the step's reduction (step_slots)
 
 // Rank 0: the step line, from the numbers every rank put in its slots of the step's reduction.
 void print_step(TrainRun& w, int step, double loss, float lr, double norm, const std::vector<double>& slots, double elapsed) {
@@ -62,7 +62,7 @@ void print_step(TrainRun& w, int step, double loss, float lr, double norm, const
         busy += k[0], worst_span = std::max(worst_span, k[1]), w.least_busy_us[p] = std::min(w.least_busy_us[p], k[0]);
         w.peak_stash[p] = k[2], w.peak_stashes[p] = int(k[3]), w.packed_weights[p] = k[8];
         stash += (p ? "/" : "") + human_bytes(w.peak_stash[p]);
-        w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3], k[7]});
+        w.record.ranks.push_back(RankStep{k[0], k[1], k[4], k[5], k[6], k[2], k[3], k[7], k[9]});
     }
     double bubble = bubble_fraction(busy, w.P, worst_span);
     double tok_s = double(step + 1 - w.start_step) * s.B * s.T / std::max(elapsed, 1e-9);
@@ -121,10 +121,10 @@ double signal_weight() { return interrupt_signal() == SIGTERM ? kTermWeight : in
 // (src/cli/interrupt.hpp), so that all stop after the same step and save it, and its numbers for the
 // step line in its own kSlots slots (zero in every other rank's, so the sum is each rank's own
 // value, exactly): busy µs, span µs, peak stash bytes, stashes, and for metrics.jsonl µs in
-// send/recv groups, the shortest group's µs and the number of groups, µs lent, and the bytes of
-// its packed weights (kernels/cpu/gemm_reuse.hpp; this thread's, so a process's own rank's).
+// send/recv groups, the shortest group's µs and the number of groups, µs lent, the bytes of its
+// packed weights (kernels/cpu/gemm_reuse.hpp; this thread's, so a process's own rank's), µs helped.
 std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>& timeline, double span,
-                               const TransformerStage& stage, double lent_us) {
+                               const TransformerStage& stage, double lent_us, double helped_us) {
     std::vector<double> slots(1 + kSlots * size_t(ranks), 0.0);
     // Summed over the ranks: a SIGINT counts 1, a SIGTERM kTermWeight, so every rank can tell from
     // the sum which signals arrived anywhere, and all exit with the same code (agreed_signal).
@@ -139,6 +139,7 @@ std::vector<double> step_slots(int ranks, int rank, const std::vector<pp::Event>
     k[3] = stage.peak_stashes();
     k[7] = lent_us;
     k[8] = double(ops::packed_weight_bytes());
+    k[9] = helped_us;
     return slots;
 }
 
@@ -173,10 +174,12 @@ StepOutcome take_step(TrainRun& w, pp::Pipeline& pipe, pp::Comm& comm, Transform
         if (w.M > 1) constant.emplace(weight_ranges(stage.layers()));
         return w.origin;   // one time axis for all ranks, so the trace shows sends before receives
     };
-    const double lent0 = ops::lent_work().taken_s;   // this thread's, up to now
+    const ops::LentWork lent0 = ops::lent_work();   // this thread's, up to now
     hooks.after_schedule = [&](double span) {
         constant.reset();
-        slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage, (ops::lent_work().taken_s - lent0) * 1e6);
+        const ops::LentWork lent = ops::lent_work();
+        slots = step_slots(w.P * w.D, rank, pipe.timeline(), span, stage, (lent.taken_s - lent0.taken_s) * 1e6,
+                           (lent.given_s - lent0.given_s) * 1e6);
     };
     hooks.shared = &slots;
     hooks.after_grads = [&] {

@@ -259,7 +259,7 @@ std::string rank_time_report(const std::vector<RankStep>& ranks) {
             std::snprintf(line, sizeof line, " | lent: ran other ranks' kernel pieces %.2f ms", k.lent_us / 1e3);
             out += line;
         }
-        if (k.helped_us > 0) {   // under MPI, by a helper thread on a waiting process's core
+        if (k.helped_us > 0) {   // by waiting ranks, or under MPI by its process's helper thread
             std::snprintf(line, sizeof line, " | helped: its kernel pieces run by others %.2f ms", k.helped_us / 1e3);
             out += line;
         }

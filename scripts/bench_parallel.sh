@@ -19,7 +19,6 @@ bench_start parallel-bench "$@"
 rounds=$((quick ? 1 : 5))   # five: each round's ratio against its own --threads 2 run, and their median
 mpi=0; command -v mpirun >/dev/null && mpi=1
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'; }
 
 twice=OMPI_MCA_btl_vader_single_copy_mechanism=none
 # name | processes (0: threads) | flags | environment
@@ -66,7 +65,7 @@ rounds_of() {   # $1 = name, $2 = the name it is compared with: "r1, r2, ... | m
     local x; x=$(ratio "${each[$1,$r]:-0}" "${each[$2,$r]:-0}")
     list+="${list:+, }$x"; [ "$x" = - ] || vals+=("$x")
   done
-  echo "$list | $(printf '%s\n' "${vals[@]:-}" | sort -g | awk 'NF { v[++n] = $1 } END { if (!n) print "-"; else printf "%.2f", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }')"
+  echo "$list | $(printf '%s\n' "${vals[@]:-}" | median)"
 }
 # label | the run | the run it is compared with | the goal
 goal_list=(

@@ -40,7 +40,6 @@ runs=(
   "2 replicas (dp 2, M = 4), one per namespace, sums overlapped|1|--preset small --batch 16 --seq 128 --stages 1 --dp 2 --micro-batches 4 --dp-overlap 1"
   "2 replicas (dp 2, M = 4), one per namespace, sums after the backward|1|--preset small --batch 16 --seq 128 --stages 1 --dp 2 --micro-batches 4 --dp-overlap 0"
 )
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0 && b < 1e29) printf "%.2f", a / b; else printf "-" }'; }
 declare -A measured median predicted ratios
 for _ in $(seq "$rounds"); do
   for r in "${runs[@]}"; do

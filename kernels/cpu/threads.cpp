@@ -149,7 +149,8 @@ struct Job {   // a job's pieces, offered to waiting ranks; the owner runs whate
     std::exception_ptr error;   // the first piece's failure, under mu
     double lent_s = 0;          // the seconds other threads ran its pieces, under mu
 
-    void run(int piece, bool lent) {   // on the thread that took it; lent: not the owner's thread
+    // On the thread that took it (lent: not the owner's); returns the seconds it ran.
+    double run(int piece, bool lent) {
         const bool outer = tl_inside_parallel;
         tl_inside_parallel = true;   // a parallel_for inside the piece runs inline
         const auto t0 = std::chrono::steady_clock::now();
@@ -160,6 +161,7 @@ struct Job {   // a job's pieces, offered to waiting ranks; the owner runs whate
         if (e && !error) error = e;
         if (lent) lent_s += seconds;
         if (++done == parts) finished.notify_all();
+        return seconds;
     }
 };
 
@@ -324,12 +326,7 @@ bool Lender::wait(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock:
     if (job) {   // a piece of another rank's job, then the caller looks at its messages again
         lock.unlock();
         const int p = job->next.fetch_add(1);
-        if (p < job->parts) {
-            const auto t0 = std::chrono::steady_clock::now();
-            job->run(p, true);
-            tl_lent.taken++;
-            tl_lent.taken_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
+        if (p < job->parts) tl_lent.taken_s += job->run(p, true), tl_lent.taken++;
         lock.lock();
         return false;
     }

@@ -145,6 +145,7 @@ configs=(
 for r in $(seq "$rounds"); do
   for c in "${configs[@]}"; do
     IFS='|' read -r name preset B T flags tthreads <<<"$c"
+    pk="$preset on $tthreads"   # the peer's runs: rows of one preset and thread count share them (one peer, more samples)
     inputs="$tmp/inputs-$preset.safetensors"
     [ -f "$inputs" ] || $peer inputs --preset "$preset" --batch "$B" --seq "$T" --out "$inputs"
     # shellcheck disable=SC2086
@@ -159,32 +160,33 @@ for r in $(seq "$rounds"); do
       for how in $envs; do
         for malloc in default huge; do
           for split in $splits; do
-            key="$name|$how $malloc ${split%:*} ${split#*:}"
+            key="$pk|$how $malloc ${split%:*} ${split#*:}"
             # after round 1, only the settings within 10% of its best
-            [ "$r" -gt 1 ] && [ $((${round1[$key]:-0} * 10)) -lt $((${round1_best[$name]:-0} * 9)) ] && continue
+            [ "$r" -gt 1 ] && [ $((${round1[$key]:-0} * 10)) -lt $((${round1_best[$pk]:-0} * 9)) ] && continue
             out=$(peer_run "$how" "$malloc" "$preset" "$inputs" "${split%:*}" "${split#*:}" --logits labelled)
             v=$(awk '{ print $2 }' <<<"$out")
-            if [ "$r" = 1 ]; then round1[$key]=$v; [ "${round1_best[$name]:-0}" -lt "$v" ] && round1_best[$name]=$v; fi
-            if [ "${torch_best[$name]:-0}" -lt "$v" ]; then
-              torch_best[$name]=$v torch_rss[$name]=$(awk '{ print $4 }' <<<"$out") best_args[$name]="$how $malloc ${split%:*} ${split#*:}"
-              torch_how[$name]=$(setting_name "$how" "$malloc" "${split%:*}" "${split#*:}" "$(awk '{ print $6 }' <<<"$out")")
+            if [ "$r" = 1 ]; then round1[$key]=$v; [ "${round1_best[$pk]:-0}" -lt "$v" ] && round1_best[$pk]=$v; fi
+            if [ "${torch_best[$pk]:-0}" -lt "$v" ]; then
+              torch_best[$pk]=$v torch_rss[$pk]=$(awk '{ print $4 }' <<<"$out") best_args[$pk]="$how $malloc ${split%:*} ${split#*:}"
+              torch_how[$pk]=$(setting_name "$how" "$malloc" "${split%:*}" "${split#*:}" "$(awk '{ print $6 }' <<<"$out")")
             fi
           done
         done
       done
       if [ "$preset" != ernie-3.0-nano-zh ]; then   # as Hugging Face computes, in the best setting found so far
-        read -r how malloc b t <<<"${best_args[$name]}"
+        read -r how malloc b t <<<"${best_args[$pk]}"
         v=$(peer_run "$how" "$malloc" "$preset" "$inputs" "$b" "$t" --logits all | awk '{ print $2 }')
-        [ "${hf_best[$name]:-0}" -lt "$v" ] && hf_best[$name]=$v
+        [ "${hf_best[$pk]:-0}" -lt "$v" ] && hf_best[$pk]=$v
       fi
     fi
-    echo "round $r: $name: pipetrain ${pt_best[$name]} tok/s, PyTorch at its best ${torch_best[$name]:--} tok/s (${torch_how[$name]:-})"
+    echo "round $r: $name: pipetrain ${pt_best[$name]} tok/s, PyTorch at its best ${torch_best[$pk]:--} tok/s (${torch_how[$pk]:-})"
   done
 done
 for c in "${configs[@]}"; do
   IFS='|' read -r name preset B T flags tthreads <<<"$c"
-  p=${pt_best[$name]}; t=${torch_best[$name]:--}; h=${hf_best[$name]:--}
-  step_rows+="| $name | $p | $t | **$(ratio "$p" "$t")** | ${torch_how[$name]:--} | $h | $(ratio "$p" "$h") | ${pt_rss[$name]} | ${torch_rss[$name]:--} |"$'\n'
+  pk="$preset on $tthreads"
+  p=${pt_best[$name]}; t=${torch_best[$pk]:--}; h=${hf_best[$pk]:--}
+  step_rows+="| $name | $p | $t | **$(ratio "$p" "$t")** | ${torch_how[$pk]:--} | $h | $(ratio "$p" "$h") | ${pt_rss[$name]} | ${torch_rss[$pk]:--} |"$'\n'
 done
 pipe_vs_threads=$(ratio "${pt_best[small, 2-stage 1F1B pipeline, M = 8]}" "${pt_best[small, 2 threads]}")
 step_head="| run (batch 16 × seq 128, MLM 15%, dropout 0) | pipetrain tok/s | PyTorch at its best, tok/s | ratio | the peer's best setting | PyTorch, every position's logits (as Hugging Face) | ratio | pipetrain peak RSS MiB | PyTorch peak RSS MiB |"
@@ -204,7 +206,7 @@ echo "$profile"
 # that share of its time. 2 threads: were pipetrain's 2-thread step exactly twice its 1-thread one.
 gemm_share=$(awk '$1 == "gemm" { sub("%", "", $4); print $4 }' "$tmp/prof")
 p1=${pt_best[small, 1 thread]}; p2=${pt_best[small, 2 threads]}
-t1=${torch_best[small, 1 thread]:-}; t2=${torch_best[small, 2 threads]:-}
+t1=${torch_best[small on 1]:-}; t2=${torch_best[small on 2]:-}
 ceilings="- small, 1 thread: the GEMMs are ${gemm_share:-?}% of pipetrain's op time; were every other op free (the GEMMs as fast as now), pipetrain would"
 ceilings+=" run $(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s; else printf "-" }') tok/s,"
 ceilings+=" $(ratio "$(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s }')" "$t1")× the peer's best."$'\n'
@@ -237,8 +239,9 @@ echo "$ceilings"
   echo "run with this environment's OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE and with both unset, with glibc's malloc as it"
   echo "comes and with huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1: torch allocates a step's large tensors afresh,"
   echo "and each fresh page is a fault), and on T > 1 threads with OpenBLAS and torch each on T threads or one of them"
-  echo "on 1; the fastest kept (round 1 tries every setting, later rounds those within 10% of its best). pipetrain runs"
-  echo "as it comes (it keeps its buffers from step to step). The setting column names the kernels OpenBLAS reported"
+  echo "on 1; the fastest kept (round 1 tries every setting, later rounds those within 10% of its best). Rows of one"
+  echo "preset and thread count (e.g. small's 2 threads and its 2-stage pipeline) are one peer: their rows give its best over"
+  echo "all their runs. pipetrain runs as it comes (it keeps its buffers from step to step). The setting column names the kernels OpenBLAS reported"
   echo "(openblas_get_corename, in the peer's process), the thread split and the malloc."
   echo "The next column is the peer computing every position's logits, as Hugging Face's model does, in that best"
   echo "setting (context, not the headline; skipped for ernie-3.0-nano-zh for time). tok/s over $steps steady steps"

@@ -201,9 +201,10 @@ profile=$(awk '/^op profile/ { on = 1; print; next } on && /^op / { print "| op 
                on && NF == 4 { printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$tmp/prof")
 echo "$profile"
 
-# ---- 4. what the two `small` ratios could be at most, from the numbers above ------------------------
-# 1 thread: the GEMMs' share of the op time (the profile); were every other op free, the step would be
-# that share of its time. 2 threads: were pipetrain's 2-thread step exactly twice its 1-thread one.
+# ---- 4. how far the two `small` ratios could go, from the numbers above ------------------------------
+# 1 thread: the GEMMs' share of the op time (the profile); were every other op free and the GEMMs as
+# fast as now, the step would be that share of its time. 2 threads: were pipetrain's 2-thread step
+# exactly twice its 1-thread one. Bounds for reading the ratios against, not measurements.
 gemm_share=$(awk '$1 == "gemm" { sub("%", "", $4); print $4 }' "$tmp/prof")
 p1=${pt_best[small, 1 thread]}; p2=${pt_best[small, 2 threads]}
 t1=${torch_best[small on 1]:-}; t2=${torch_best[small on 2]:-}

@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/machine.sh
+source scripts/bench_train_lib.sh   # steady_ms and ratio (its bench_start is not used: this script has its own peer set-up)
 quick=0
 table=runs/cpu-bench.md   # running the bench does not change the tree; --update-docs does
 for arg in "$@"; do
@@ -56,7 +57,6 @@ echo "one thread's FMA peak: $peak GFLOP/s"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 best() { sort -g | tail -n 1; }   # the best of the rounds: noise only ever slows a run down
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "-" }'; }
 
 # ---- 1. GEMM -----------------------------------------------------------------------------------
 # The small preset's linear layers with N = batch 16 x seq 128 = 2048 rows (model.cpp): forward
@@ -97,12 +97,7 @@ fi
 printf '%s\n%s\n%s' "$gemm_head" "$gemm_rule" "$gemm_rows"
 
 # ---- 2. the train step -------------------------------------------------------------------------
-# tok/s of the steady steps: each step line gives the cumulative tok/s from the start, so step n
-# ended at n B T / tok_s(n); the steps after the second are timed (as the peer's are).
-steady() {   # $1 = log, $2 = B*T
-  grep '^step ' "$1" | sed -E 's@^step ([0-9]+)/[0-9]+ .* ([0-9.]+) tok/s.*@\1 \2@' |
-    awk -v bt="$2" '$1 == 2 { t2 = 2 * bt / $2 } { n = $1; t = n * bt / $2 } END { printf "%.0f", (n - 2) * bt / (t - t2) }'
-}
+steady() { awk -v ms="$(steady_ms "$1" "$2")" -v bt="$2" 'BEGIN { printf "%.0f", bt / ms * 1e3 }'; }   # tok/s; $1 = log, $2 = B*T
 rss_mib() { awk '/Maximum resident/ { printf "%.0f", $NF / 1024 }' "$1"; }
 step_rows=""
 declare -A pt_best pt_rss torch_best torch_rss torch_how hf_best best_args round1 round1_best
@@ -209,8 +204,8 @@ gemm_share=$(awk '$1 == "gemm" { sub("%", "", $4); print $4 }' "$tmp/prof")
 p1=${pt_best[small, 1 thread]}; p2=${pt_best[small, 2 threads]}
 t1=${torch_best[small on 1]:-}; t2=${torch_best[small on 2]:-}
 ceilings="- small, 1 thread: the GEMMs are ${gemm_share:-?}% of pipetrain's op time; were every other op free (the GEMMs as fast as now), pipetrain would"
-ceilings+=" run $(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s; else printf "-" }') tok/s,"
-ceilings+=" $(ratio "$(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s }')" "$t1")× the peer's best."$'\n'
+gemm_only=$(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s; else printf "-" }')
+ceilings+=" run $gemm_only tok/s, $(ratio "$gemm_only" "$t1")× the peer's best."$'\n'
 ceilings+="- small, 2 threads: pipetrain's 2 threads run $(ratio "$p2" "$p1")× its 1 thread; were they exactly 2×"
 ceilings+=" ($((2 * p1)) tok/s), $(ratio $((2 * p1)) "$t2")× the peer's best."
 echo "$ceilings"

@@ -1,5 +1,6 @@
 # scripts/bench_train_lib.sh — sourced by the benchmarks that time `pipetrain train` runs
-# (bench_parallel.sh, bench_predict.sh): their flags, the build, the input batch, the steady step.
+# (bench_parallel.sh, bench_predict.sh; bench_cpu.sh for steady_ms and ratio alone): their flags, the
+# build, the input batch, the steady step.
 #   bench_start NAME "$@"   reads --quick / --update-docs: sets quick, rounds, steps, table
 #                           (runs/NAME.md, or docs/NAME.md with --update-docs), builds pipetrain
 #                           (pt), makes tmp (removed at exit) and $inputs: one fixed batch of

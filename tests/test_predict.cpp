@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "src/cli/train.hpp"
 #include "tests/cli_util.hpp"
@@ -177,6 +178,25 @@ TEST_CASE("--measured: a replica sum does not hide behind the backward of CPU ra
     CHECK(hidden == 0);
     const double passes = after(r.out, "zeroing ") + after(r.out, "the norm ") + after(r.out, "scaling ") + after(r.out, "AdamW ");
     CHECK(after(r.out, "\nstep ") == doctest::Approx(after(r.out, "(pipeline ") + sum + passes).epsilon(5e-4));
+}
+
+// --measured ranks are this machine's cores, computing at once and sharing its caches and memory:
+// the layers and the passes are timed on as many threads at once as the run has ranks (at most the
+// cores, and 8), and the output says how many ran at the same time (counted as they ran: a copy
+// that finished before the next began counts once).
+TEST_CASE("--measured: the layers and the passes timed on as many cores at once as the run has ranks") {
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    for (auto [P, D] : {std::array<int, 2>{1, 1}, {1, 2}, {2, 2}}) {
+        CAPTURE(P);
+        CAPTURE(D);
+        const std::string M = std::to_string(2 * P);
+        Run r = run_cli("schedule --predict --preset tiny --seq 16 --stages " + std::to_string(P) + " --dp " +
+                        std::to_string(D) + " --micro-batches " + M + " --batch " + std::to_string(2 * P * D) + " --measured");
+        REQUIRE_MESSAGE(r.code == 0, r.out);
+        const int want = std::min({P * D, cores, 8});
+        const std::string said = want == 1 ? "(timed on 1 core)" : "(timed on " + std::to_string(want) + " cores at once,";
+        CHECK_MESSAGE(r.out.find("compute as measured here " + said) != std::string::npos, r.out);
+    }
 }
 
 TEST_CASE("V-shaped chunks: the split balances the ranks, not only the chunks") {

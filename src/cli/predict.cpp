@@ -4,7 +4,8 @@
 // command prints them with the prediction:
 //   compute   a layer's forward costs its FLOPs (layer_flops_per_token × rows × T) / --flops, its
 //             input gradient (BI) and its weight gradient (BW) as much again each (a GEMM's two
-//             backward products); or, with --measured, the layers timed here (as `train` times them);
+//             backward products); or, with --measured, the layers timed here (as `train` times them),
+//             on as many cores at once as the run has ranks (they share this machine's caches and memory);
 //   links     rank d·P + p sits on node (d·P + p) / --ranks-per-node; a transfer between two ranks
 //             costs latency + bytes / bandwidth of their link (--links: within a node, then across);
 //             an activation of one micro-batch is rows × T × C × 4 bytes (2 with --dtype bf16);
@@ -32,12 +33,15 @@
 // Not modelled: the passes without --measured, the norm's all-reduce (a float64 a tensor), the tied
 // copies' check (a hash of each), kernel launches, transfers that share a link and slow each other.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pipeline_lab.hpp"
@@ -60,6 +64,7 @@ struct Link {
 struct Shape {
     int P = 1, D = 1, M = 1, V = 1, rows = 1, T = 64, per_node = 1;
     bool bf16 = false, zero = false, overlap = true;   // overlap: a replica sum may hide (--dp-overlap 1, not --measured)
+    int timed_together = 1;   // --measured: the most copies of the layers timed at the same time (at_once)
     Link within, across;
     const Link& link(int a, int b) const { return a / per_node == b / per_node ? within : across; }
 };
@@ -74,12 +79,60 @@ void read_links(const Args& a, Shape& s) {
     s.within = {v[0] * 1e-6, v[1] * 1e9}, s.across = {v[2] * 1e-6, v[3] * 1e9};
 }
 
+// With --measured the run's ranks are this machine's cores, all computing at once and sharing its
+// caches and memory: so the layers and the passes are timed on as many threads at once as the run
+// has ranks (at most the cores, and 8: each thread times a copy of its own), and each time is their
+// mean. dp 2 on 2 cores (PIPETRAIN_LEND=0, alternated in one window): each replica's forwards and
+// backwards took 8-10% longer than one replica's alone, the other core idle; predicted with the
+// layers timed alone, the replicas' step came out at 0.86 of the measured, timed at once 0.89-0.91.
+constexpr unsigned kMostCopies = 8;
+int copies_at_once(const Shape& s) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    return int(std::min({unsigned(s.P * s.D), cores, kMostCopies}));
+}
+// `time` on n threads started together; `together` gets the most that ran it at the same time.
+template <typename R>
+std::vector<R> at_once(int n, const std::function<R()>& time, int& together) {
+    std::vector<R> out(static_cast<size_t>(n));
+    std::vector<std::exception_ptr> error(static_cast<size_t>(n));
+    std::atomic<int> inside{0}, most{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; i++)
+        threads.emplace_back([&, i] {
+            for (int now = ++inside, seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+            }
+            try {
+                out[size_t(i)] = time();
+            } catch (...) {
+                error[size_t(i)] = std::current_exception();
+            }
+            --inside;
+        });
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : error)
+        if (e) std::rethrow_exception(e);
+    together = most.load();
+    return out;
+}
+// Each layer's F, BI, BW (and their sum) as the mean over the copies timed at once.
+LayerCosts mean_costs(const std::vector<LayerCosts>& each) {
+    LayerCosts m = each[0];
+    for (auto v : {&LayerCosts::f, &LayerCosts::bi, &LayerCosts::bw, &LayerCosts::cost})
+        for (size_t l = 0; l < (m.*v).size(); l++) {
+            (m.*v)[l] = 0;
+            for (const LayerCosts& e : each) (m.*v)[l] += (e.*v)[l] / double(each.size());
+        }
+    return m;
+}
+
 // Per layer, one micro-batch: forward, BI, BW seconds and the weights' and the stash's bytes.
 // --measured times the layers at the run's rows, which measures their stashes too; otherwise one
 // forward and backward of one row gives the stashes (linear in the rows) and the FLOPs the times.
-LayerCosts layer_model(const ModelConfig& cfg, const Shape& s, const Args& a) {
+LayerCosts layer_model(const ModelConfig& cfg, Shape& s, const Args& a) {
     bool measured = a.has("--measured");
-    LayerCosts c = layer_costs(cfg, measured ? "time" : "memory", measured ? s.rows : 1, s.T);   // weights: 16 bytes a parameter
+    auto time = [&] { return layer_costs(cfg, "time", s.rows, s.T); };
+    LayerCosts c = measured ? mean_costs(at_once<LayerCosts>(copies_at_once(s), time, s.timed_together))
+                            : layer_costs(cfg, "memory", 1, s.T);   // weights: 16 bytes a parameter
     for (double& x : c.stash) x *= (measured ? 1 : s.rows) * (s.bf16 ? 0.5 : 1.0);
     c.by = "time";
     if (measured) return c;
@@ -136,6 +189,12 @@ PassRates time_passes() {
     r.scale = best_of_3([&](int) { dev::scale(g.data(), 0.999f, int(n)); });
     r.adamw = best_of_3([&](int k) { dev::adamw_update(p.data(), m.data(), v.data(), g.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k); });
     return r;
+}
+PassRates mean_rates(const std::vector<PassRates>& each) {
+    PassRates m;
+    for (auto v : {&PassRates::zero, &PassRates::add, &PassRates::norm, &PassRates::scale, &PassRates::adamw})
+        for (const PassRates& e : each) m.*v += e.*v / double(each.size());
+    return m;
 }
 
 // The micro-batches' tree of one step, seconds a parameter in each micro-batch's BW, as
@@ -201,7 +260,9 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
                 count_of(s.rows, "row").c_str(), s.T, s.bf16 ? "bf16" : "fp32");
     std::printf("assumptions: compute %s; links within a node %g µs, %g GB/s, across %g µs, %g GB/s; %s a node (%s);"
                 " --zero %d, --dp-overlap %d%s\n",
-                a.has("--measured") ? "as measured here, the layers in a step's order, and the passes over the parameters" : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
+                a.has("--measured") ? ("as measured here (timed on " + count_of(s.timed_together, "core") + (s.timed_together > 1 ? " at once, as the run's ranks compute" : "") +
+                                       "), the layers in a step's order, and the passes over the parameters").c_str()
+                                    : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
                 s.within.latency * 1e6, s.within.bandwidth / 1e9, s.across.latency * 1e6, s.across.bandwidth / 1e9,
                 count_of(s.per_node, "rank").c_str(), count_of((s.P * s.D + s.per_node - 1) / s.per_node, "node").c_str(), s.zero,
                 int(a.integer("--dp-overlap", 1, 0, 1)),
@@ -265,7 +326,10 @@ int predict_main(const Args& a) {
 
     double message = double(s.rows) * s.T * cfg.hidden_size * (s.bf16 ? 2 : 4);
     std::vector<RankPrediction> rank(s.P);
-    const PassRates rate = a.has("--measured") ? time_passes() : PassRates{};   // else not modelled
+    int passes_together = 1;
+    const PassRates rate = a.has("--measured") ? mean_rates(at_once<PassRates>(copies_at_once(s), time_passes, passes_together))
+                                               : PassRates{};   // else not modelled
+    s.timed_together = std::min(s.timed_together, passes_together);
     std::vector<pp::Costs> costs(s.P);
     for (int p = 0; p < s.P; p++) {
         RankPrediction& r = rank[p];

@@ -98,8 +98,10 @@ EOF
   echo "## Measured here, and predicted"
   echo
   echo "\`pipetrain schedule --predict FLAGS --measured --ranks-per-node 1 --links L,L\`: the layers timed"
-  echo "here in a step's order and the passes over the parameters at rates timed here, each rank on its own"
-  echo "node, L the link \`pipetrain bench-link\` measured between the two ranks (latency µs, bandwidth GB/s)."
+  echo "here in a step's order and the passes over the parameters at rates timed here, both on the two cores"
+  echo "at once (the two ranks share this machine's caches and memory, in two namespaces or not), each rank"
+  echo "on its own node for the links, L the link \`pipetrain bench-link\` measured between the two ranks"
+  echo "(latency µs, bandwidth GB/s)."
   echo "Measured: \`pipetrain train FLAGS --inputs F\` (\`small\` with its 8,000 words, F one fixed batch of"
   echo "16 × 128 from \`scripts/bench_cpu_peer.py inputs\`, dropout 0, \`PIPETRAIN_LEND=0\`: no rank runs"
   echo "another's kernels while it waits, as on nodes of their own), $steps steady steps; across the two network"

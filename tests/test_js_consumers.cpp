@@ -367,48 +367,86 @@ TEST_CASE("transformers.js text-classification on an export: every label's proba
     CHECK(worst < 1e-5);
 }
 
-TEST_CASE("greedy generation of 20 tokens with onnxruntime on an exported causal LM: pipetrain generate's ids") {
-    const std::string model = trained("pipe_causal", "--data " + kSample + " --objective causal --steps 30");
+namespace {
+// `pipetrain generate --top-k 1 --tokens 20` from 床前: its text's ids (without [CLS]), space-separated.
+std::string pipetrain_greedy_ids(const std::string& model) {
     // stdout only: the "stopped after N" line goes to stderr (and, unbuffered, would come first).
     Run ours = test::run_command("(" + std::string(PT_CLI) + " generate --model " + model + " --prompt 床前 --top-k 1 --tokens 20 2>/dev/null)");
     REQUIRE_MESSAGE(ours.code == 0, ours.out);
     const std::string text = ours.out.substr(0, ours.out.find('\n'));
     Run ids = test::run_cli("tokenize --vocab " + model + "/vocab.txt --ids '" + text + "'");
     REQUIRE(ids.code == 0);
+    return ids.out.substr(0, ids.out.find('\n'));
+}
+std::string joined(const nlohmann::json& ids) {
+    std::string out;
+    for (const auto& v : ids) out += (out.empty() ? "" : " ") + std::to_string(v.get<int>());
+    return out;
+}
+}  // namespace
+
+TEST_CASE("greedy generation of 20 tokens with onnxruntime on an exported causal LM: pipetrain generate's ids") {
+    const std::string model = trained("pipe_causal", "--data " + kSample + " --objective causal --steps 30");
     nlohmann::json js = pipeline_js("greedy " + exported(model) + " 20 床前");
-    std::string theirs;
-    for (const auto& v : js) theirs += (theirs.empty() ? "" : " ") + std::to_string(v.get<int>());
-    CHECK(theirs == ids.out.substr(0, ids.out.find('\n')));
+    CHECK(joined(js) == pipetrain_greedy_ids(model));
     CHECK(js.size() > 2);   // it generated something
 }
 
 // ---- the capstone: the student's model in a browser -------------------------------------------
 
-TEST_CASE("export --web: headless Chromium runs the page from 127.0.0.1 and shows pipetrain fill-mask's top 5") {
+namespace {
+// `export --web` of `model` into a new folder, the folder served from 127.0.0.1 and the page opened in
+// headless Chromium with ?text=TEXT (the page fills its box and presses its button) and
+// ?report=/result (it posts what it shows there): that report. Null where chromium is missing.
+nlohmann::json page_shows(const std::string& model, const std::string& text, const std::string& name) {
     if (std::system("command -v chromium >/dev/null 2>&1") != 0) {
         MESSAGE("skipped: Debian's chromium is not installed (apt-get install chromium)");
-        return;
+        return nullptr;
     }
-    const std::string model = trained("web_mlm", "--data " + kSample + " --steps 20");
-    const std::string site = test::temp_dir("web") + "/site";
+    const std::string site = test::temp_dir(name + "_page") + "/site";
     Run e = test::run_cli("export --model " + model + " --web --out " + site + " --js " + kJs + "/node_modules");
     REQUIRE_MESSAGE(e.code == 0, e.out);
     for (const char* f : {"index.html", "transformers.web.min.js", "ort-wasm-simd-threaded.asyncify.wasm", "model/onnx/model.onnx",
                           "model/tokenizer.json", "loss.svg"})
         CHECK_MESSAGE(fs::exists(site + "/" + f), f);
-    // The page fills its box from ?text= and presses its button; ?report= makes it post what it shows.
     test::Child server = test::Child::exec({"node", kJs + "/serve.mjs", site, "120"});
     REQUIRE_MESSAGE(server.wait_for("\n", 10), server.out);
-    const std::string url = server.out.substr(0, server.out.find('\n')) + "index.html?text=床前明[MASK]光&report=/result";
+    const std::string url = server.out.substr(0, server.out.find('\n')) + "index.html?text=" + text + "&report=/result";
     test::Child browser = test::Child::exec({"chromium", "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + site + "-profile", url});
     const bool reported = server.wait_for("}]", 120);
     browser.signal(SIGKILL);
     INFO(server.out);
     REQUIRE(reported);
-    same_top5_as_pipetrain(model, nlohmann::json::parse(server.out.substr(server.out.find('['))));
-    Run no_js = test::run_cli("export --model " + model + " --web --out " + site + "2 --js /nonexistent");
+    return nlohmann::json::parse(server.out.substr(server.out.find_first_of("[{", server.out.find('\n'))));
+}
+}  // namespace
+
+TEST_CASE("export --web: headless Chromium runs the page from 127.0.0.1 and shows pipetrain fill-mask's top 5") {
+    const std::string model = trained("web_mlm", "--data " + kSample + " --steps 20");
+    nlohmann::json shown = page_shows(model, "床前明[MASK]光", "web");
+    if (shown.is_null()) return;
+    same_top5_as_pipetrain(model, shown);
+    Run no_js = test::run_cli("export --model " + model + " --web --out " + test::temp_dir("web_nojs") + "/site --js /nonexistent");
     CHECK(no_js.code == 1);
     CHECK(no_js.out.find("--js: /nonexistent/@huggingface/transformers/dist/transformers.web.min.js not found") != std::string::npos);
+}
+
+// A causal model's page generates greedily in the browser, as `pipetrain generate --top-k 1` does, and
+// lists the next token's top 5: the first of them is the first token it generated.
+TEST_CASE("export --web of a causal LM: the page in headless Chromium generates pipetrain generate's greedy ids") {
+    const std::string model = trained("web_causal", "--data " + kSample + " --objective causal --steps 30");
+    nlohmann::json shown = page_shows(model, "床前", "web_causal");
+    if (shown.is_null()) return;
+    const std::string ours = pipetrain_greedy_ids(model);
+    CHECK(joined(shown["ids"]) == ours);
+    REQUIRE(shown["ids"].size() > 2);   // the prompt's 2 ids, and something generated
+    Run first = test::run_cli("tokenize --vocab " + model + "/vocab.txt --ids '" + shown["next"][0]["token_str"].get<std::string>() + "'");
+    CHECK(first.out.substr(0, first.out.find('\n')) == std::to_string(shown["ids"][2].get<int>()));
+    double last = 1;
+    for (const auto& n : shown["next"]) {   // most likely first
+        CHECK(n["score"].get<double>() <= last);
+        last = n["score"].get<double>();
+    }
 }
 
 int main(int argc, char** argv) {

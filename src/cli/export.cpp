@@ -186,67 +186,126 @@ const std::pair<const char*, const char*> kWebFiles[] = {
     {"onnxruntime-web/dist/", "ort-wasm-simd-threaded.asyncify.wasm"},
 };
 
-extern const char* const kIndexHtml;   // below
+extern const char* const kPage;   // below
+extern const char* const kFillOrClassify;
+extern const char* const kGenerate;
+
+// index.html for this model: kPage with what it runs (transformers.js's fill-mask or
+// text-classification pipeline; for a causal LM, greedy generation on onnxruntime-web's session).
+std::string web_page(const ModelConfig& cfg) {
+    const bool causal = cfg.is_decoder;
+    const std::map<std::string, std::string> fill = {
+        {"@EXAMPLE@", causal ? "床前" : cfg.num_labels > 0 ? "床前明月光" : "床前明[MASK]光"},
+        {"@BUTTON@", causal ? "Generate" : "Predict"},
+        {"@RUN@", causal ? kGenerate : kFillOrClassify},
+        {"@TASK@", causal ? "text-generation" : cfg.num_labels > 0 ? "text-classification" : "fill-mask"},
+    };
+    std::string page = kPage;
+    for (const auto& [key, value] : fill)
+        for (size_t at; (at = page.find(key)) != std::string::npos;) page.replace(at, key.size(), value);
+    return page;
+}
 
 // OUT: index.html, the model under OUT/model, the npm files from JS (a node_modules folder),
 // and the run's pictures when DIR is a run's --out (it has metrics.jsonl).
 void export_web(const std::string& dir, const std::string& out, const std::string& js, int task, const ModelConfig& cfg) {
-    if (cfg.is_decoder) throw std::runtime_error("--web: a page for a causal model is not written yet (--onnx exports it)");
     for (const auto& [sub, file] : kWebFiles)
         if (!fs::is_regular_file(js + "/" + sub + file))
             throw std::runtime_error("--js: " + js + "/" + sub + file + " not found (expected a node_modules folder with "
                                      "@huggingface/transformers 4 and onnxruntime-web: npm install @huggingface/transformers)");
     export_onnx(dir, out + "/model", task, cfg);
     for (const auto& [sub, file] : kWebFiles) write_file_atomic(out + "/" + file, read_file(js + "/" + sub + file));
-    std::string page = kIndexHtml;
-    page.replace(page.find("@TASK@"), 6, cfg.num_labels > 0 ? "text-classification" : "fill-mask");
-    write_file_atomic(out + "/index.html", page);
+    write_file_atomic(out + "/index.html", web_page(cfg));
     if (fs::exists(dir + "/metrics.jsonl")) plot_main({dir, "--out", out});
     std::printf("wrote %s/index.html: serve %s (e.g. python3 -m http.server -d %s) and open it; nothing is fetched from outside\n",
                 out.c_str(), out.c_str(), out.c_str());
 }
 
-// The page: a box, a button, the predictions; ?text=... fills the box and presses the button,
-// ?report=URL posts the predictions there (the browser test's hook).
-const char* const kIndexHtml = R"html(<!doctype html>
+// The page: a box, a button, what the model makes of the text; ?text=... fills the box and presses
+// the button, ?report=URL posts what it shows there (the browser test's hook).
+const char* const kPage = R"html(<!doctype html>
 <html lang="zh"><head><meta charset="utf-8"><title>pipetrain: your model in the browser</title>
 <script type="importmap">{"imports": {"onnxruntime-web/webgpu": "./ort.webgpu.bundle.min.mjs", "onnxruntime-common": "./ort.webgpu.bundle.min.mjs"}}</script>
 <style>body { font: 16px sans-serif; margin: 2em; max-width: 50em } input { font-size: 1.2em } li { font-size: 1.2em }
-img { max-width: 100%; border: 1px solid #ddd; margin-top: 1em }</style></head><body>
+#generated { font-size: 1.4em } img { max-width: 100%; border: 1px solid #ddd; margin-top: 1em }</style></head><body>
 <h1>Your model, in this browser</h1>
 <p>Trained by pipetrain, exported to ONNX, run by transformers.js and onnxruntime-web (WebAssembly), all from this folder.</p>
-<input id="text" size="30" value="床前明[MASK]光"> <button id="go" disabled>Predict</button>
-<p id="status">loading the model…</p><ol id="predictions"></ol>
+<input id="text" size="30" value="@EXAMPLE@"> <button id="go" disabled>@BUTTON@</button>
+<p id="status">loading the model…</p><p id="generated"></p><ol id="predictions"></ol>
 <img src="loss.svg" alt="" onerror="this.remove()"><img src="timeline.svg" alt="" onerror="this.remove()">
 <script type="module">
-import { pipeline, env } from "./transformers.web.min.js";
+import { pipeline, AutoTokenizer, env } from "./transformers.web.min.js";
+import * as ort from "./ort.webgpu.bundle.min.mjs";
 env.allowRemoteModels = false;   // everything from this folder
 env.allowLocalModels = true;
 env.localModelPath = new URL("./", location.href).pathname;   // a path: a full URL would count as remote
 env.useBrowserCache = false;
-env.backends.onnx.wasm.wasmPaths = { mjs: new URL("./ort-wasm-simd-threaded.asyncify.mjs", location.href).href,
-                                     wasm: new URL("./ort-wasm-simd-threaded.asyncify.wasm", location.href).href };
-env.backends.onnx.wasm.numThreads = 1;   // threads need a cross-origin-isolated page
+ort.env.wasm.wasmPaths = { mjs: new URL("./ort-wasm-simd-threaded.asyncify.mjs", location.href).href,
+                           wasm: new URL("./ort-wasm-simd-threaded.asyncify.wasm", location.href).href };
+ort.env.wasm.numThreads = 1;   // threads need a cross-origin-isolated page
 const task = "@TASK@", status = document.getElementById("status"), go = document.getElementById("go");
 const params = new URLSearchParams(location.search);
+function show(rows) {   // [{token_str, score}], as a numbered list
+  document.getElementById("predictions").replaceChildren(...rows.map((r) => {
+    const li = document.createElement("li");
+    li.textContent = `${r.token_str}  ${r.score.toFixed(4)}`;
+    return li;
+  }));
+}
+async function report(what) {
+  status.textContent = "done";
+  if (params.get("report")) await fetch(params.get("report"), { method: "POST", body: JSON.stringify(what) });
+}
 try {
-  const run = await pipeline(task, "model", { dtype: "fp32", device: "wasm" });
-  status.textContent = task === "fill-mask" ? "type a sentence with [MASK]" : "type a sentence";
+@RUN@
   go.disabled = false;
-  go.addEventListener("click", async () => {
-    const text = document.getElementById("text").value;
-    const out = await run(text, task === "fill-mask" ? { top_k: 5 } : { top_k: null });
-    const rows = out.map((o) => ({ token_str: o.token_str ?? o.label, score: o.score }));
-    const list = document.getElementById("predictions");
-    list.replaceChildren(...rows.map((r) => { const li = document.createElement("li");
-                                              li.textContent = `${r.token_str}  ${r.score.toFixed(4)}`; return li; }));
-    status.textContent = "done";
-    if (params.get("report")) await fetch(params.get("report"), { method: "POST", body: JSON.stringify(rows) });
-  });
   if (params.has("text")) { document.getElementById("text").value = params.get("text"); go.click(); }
 } catch (e) { status.textContent = "error: " + e.message; }
 </script></body></html>
 )html";
+
+// A masked LM's or a classifier's page: transformers.js's own pipeline.
+const char* const kFillOrClassify = R"js(  const run = await pipeline(task, "model", { dtype: "fp32", device: "wasm" });
+  status.textContent = task === "fill-mask" ? "type a sentence with [MASK]" : "type a sentence";
+  go.addEventListener("click", async () => {
+    const out = await run(document.getElementById("text").value, task === "fill-mask" ? { top_k: 5 } : { top_k: null });
+    const rows = out.map((o) => ({ token_str: o.token_str ?? o.label, score: o.score }));
+    show(rows);
+    await report(rows);
+  });)js";
+
+// A causal LM's page: transformers.js has no text-generation for a BERT-shaped decoder, so the page
+// runs the exported graph itself, as `pipetrain generate --top-k 1` does: [CLS] + the prompt, the
+// most likely next token (never [CLS], [MASK], [UNK] or an id past the vocabulary) until [SEP] or
+// [PAD], ?tokens=N of them (20) or the model's positions; the next token's top 5 are listed.
+const char* const kGenerate = R"js(  const tokenizer = await AutoTokenizer.from_pretrained("model");
+  const session = await ort.InferenceSession.create("model/onnx/model.onnx", { executionProviders: ["wasm"] });
+  const vocab = (await (await fetch("model/tokenizer.json")).json()).model.vocab;
+  const positions = (await (await fetch("model/config.json")).json()).max_position_embeddings;
+  const id = (t) => vocab[t], size = Math.max(...Object.values(vocab)) + 1, name = [];
+  for (const [t, i] of Object.entries(vocab)) name[i] = t;
+  const never = new Set([id("[CLS]"), id("[MASK]"), id("[UNK]")]), wanted = Number(params.get("tokens") ?? 20);
+  status.textContent = "type the start of a text";
+  go.addEventListener("click", async () => {
+    const ids = [id("[CLS]"), ...tokenizer.encode(document.getElementById("text").value, { add_special_tokens: false })];
+    let next = [];
+    for (let made = 0; made < wanted && ids.length < positions; made++) {
+      const T = ids.length, feed = (v) => new ort.Tensor("int64", BigInt64Array.from(v.map(BigInt)), [1, T]);
+      const out = await session.run({ input_ids: feed(ids), attention_mask: feed(ids.map(() => 1)),
+                                      token_type_ids: feed(ids.map(() => 0)) });
+      const V = out.logits.dims[2], last = out.logits.data.subarray((T - 1) * V, T * V);
+      const allowed = [...last.keys()].filter((v) => v < size && !never.has(v)).sort((a, b) => last[b] - last[a]);
+      if (made === 0) {   // the model's probabilities of the next token (softmax over its whole vocabulary)
+        const top = Math.max(...last), sum = last.reduce((s, x) => s + Math.exp(x - top), 0);
+        next = allowed.slice(0, 5).map((v) => ({ token_str: name[v], score: Math.exp(last[v] - top) / sum }));
+      }
+      if (allowed[0] === id("[SEP]") || allowed[0] === id("[PAD]")) break;
+      ids.push(allowed[0]);
+    }
+    document.getElementById("generated").textContent = tokenizer.decode(ids.slice(1), { skip_special_tokens: true });
+    show(next);
+    await report({ ids: ids.slice(1), next });
+  });)js";
 
 }  // namespace
 

@@ -83,8 +83,9 @@ void read_links(const Args& a, Shape& s) {
 // caches and memory: so the layers and the passes are timed on as many threads at once as the run
 // has ranks (at most the cores, and 8: each thread times a copy of its own), and each time is their
 // mean. dp 2 on 2 cores (PIPETRAIN_LEND=0, alternated in one window): each replica's forwards and
-// backwards took 8-10% longer than one replica's alone, the other core idle; predicted with the
-// layers timed alone, the replicas' step came out at 0.86 of the measured, timed at once 0.89-0.91.
+// backwards took 8-10% longer than one replica's alone, the other core idle. The two replicas' rows
+// of scripts/bench_predict.sh (predicted / measured, the best runs): 0.86 and 0.86 with the layers
+// timed alone; timed at once, in three runs, 0.94 and 0.93, 0.78 and 0.93, 0.99 and 0.94.
 constexpr unsigned kMostCopies = 8;
 int copies_at_once(const Shape& s) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

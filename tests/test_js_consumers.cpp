@@ -431,6 +431,29 @@ TEST_CASE("export --web: headless Chromium runs the page from 127.0.0.1 and show
     CHECK(no_js.out.find("--js: /nonexistent/@huggingface/transformers/dist/transformers.web.min.js not found") != std::string::npos);
 }
 
+// A classifier's page: every label with its probability, most likely first, as `pipetrain classify`
+// prints them ("LABEL_1 | LABEL_1 0.5141, LABEL_0 0.4859 | TEXT": the same labels, 4 decimals).
+TEST_CASE("export --web of a classifier: the page in headless Chromium shows pipetrain classify's labels and probabilities") {
+    const std::string model = trained("web_cls", "--task classify --labels 2 --data " + test::fixture("classify/train.tsv") + " --steps 20");
+    const std::string text = "很好的一次体验，下次还会选择这里。";
+    nlohmann::json shown = page_shows(model, text, "web_cls");
+    if (shown.is_null()) return;
+    Run ours = test::run_cli("classify --model " + model + " '" + text + "'");
+    REQUIRE_MESSAGE(ours.code == 0, ours.out);
+    const size_t from = ours.out.find(" | ") + 3;
+    std::istringstream each(ours.out.substr(from, ours.out.find(" | ", from) - from));
+    REQUIRE(shown.size() == 2);
+    for (size_t k = 0; k < shown.size(); k++) {
+        std::string label;
+        double p = 0;
+        each >> label >> p;
+        each.ignore(1);   // the comma
+        CAPTURE(k);
+        CHECK(shown[k]["token_str"].get<std::string>() == label);
+        CHECK(std::abs(shown[k]["score"].get<double>() - p) <= 0.51e-4);
+    }
+}
+
 // A causal model's page generates greedily in the browser, as `pipetrain generate --top-k 1` does, and
 // lists the next token's top 5: the first of them is the first token it generated.
 TEST_CASE("export --web of a causal LM: the page in headless Chromium generates pipetrain generate's greedy ids") {

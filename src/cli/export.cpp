@@ -294,13 +294,16 @@ const char* const kGenerate = R"js(  const tokenizer = await AutoTokenizer.from_
       const out = await session.run({ input_ids: feed(ids), attention_mask: feed(ids.map(() => 1)),
                                       token_type_ids: feed(ids.map(() => 0)) });
       const V = out.logits.dims[2], last = out.logits.data.subarray((T - 1) * V, T * V);
-      const allowed = [...last.keys()].filter((v) => v < size && !never.has(v)).sort((a, b) => last[b] - last[a]);
+      const allowed = (v) => v < size && !never.has(v);
+      let best = -1;   // the first of the most likely, as a stable sort would put it
+      for (let v = 0; v < V; v++) if (allowed(v) && (best < 0 || last[v] > last[best])) best = v;
       if (made === 0) {   // the model's probabilities of the next token (softmax over its whole vocabulary)
         const top = Math.max(...last), sum = last.reduce((s, x) => s + Math.exp(x - top), 0);
-        next = allowed.slice(0, 5).map((v) => ({ token_str: name[v], score: Math.exp(last[v] - top) / sum }));
+        next = [...last.keys()].filter(allowed).sort((a, b) => last[b] - last[a]).slice(0, 5)
+                               .map((v) => ({ token_str: name[v], score: Math.exp(last[v] - top) / sum }));
       }
-      if (allowed[0] === id("[SEP]") || allowed[0] === id("[PAD]")) break;
-      ids.push(allowed[0]);
+      if (best === id("[SEP]") || best === id("[PAD]")) break;
+      ids.push(best);
     }
     document.getElementById("generated").textContent = tokenizer.decode(ids.slice(1), { skip_special_tokens: true });
     show(next);

@@ -231,7 +231,8 @@ TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta
 // 16, 4 of AVX-512's 32), except a transposed A wider than 256 columns (301 x 40 x 600).
 TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
     const int sizes[][3] = {{1, 1, 1}, {5, 15, 3}, {13, 33, 257}, {145, 17, 513}, {12, 32, 256},
-                            {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}, {38, 1100, 600}, {40, 100, 300}};
+                            {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}, {38, 1100, 600}, {40, 100, 300},
+                            {250, 250, 90}};   // 250 x 250 on 2 threads: two blocks of 128 columns, A in place
     const ops::GemmKernel before = ops::gemm_kernel();
     int ran = 0;
     for (ops::GemmKernel k : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512}) {

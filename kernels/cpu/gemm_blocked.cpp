@@ -326,6 +326,17 @@ std::atomic<GemmKernel>& chosen() {
 constexpr int KC = 256, MC_MAX = 256, NCB_MAX = 512;
 constexpr int kInPlaceCols = 128;   // a block this narrow reads op(A) in place (see block)
 
+// Whether a block of nc columns reads op(A) in place instead of packing it. A block of at most 128
+// columns does: a strip of A packed (0.6-0.85 of a tile) would serve too few tiles to repay it.
+// 1 thread, against packing, AVX-512 (4 strips of 32): 2048 x 64 x 256 nt 1.08x, 128 x 64 x 128
+// nn 1.25x, an attention head's 128 x 16 x 128 (tiny) 1.55x; AVX2 (8 strips of 16): 1.12-1.37x,
+// 128 x 16 x 128 2.1x. At 256 columns: within ±5% either way, so not there. Not a (K, M) A of
+// more than 256 columns: each k of a strip would be on a page of its own, and the TLB misses cost
+// more than the packing (1024 x 64 x 2048 tn 0.82x).
+bool reads_a_in_place(const Kernel& kn, int nc, int M, bool transA) {
+    return kn.tile_in_place && nc <= kInPlaceCols && (!transA || M <= 256);
+}
+
 // A buffer of floats aligned to 64 bytes, kept per thread between calls (no allocation per GEMM).
 float* scratch(std::vector<float>& v, size_t n) {
     if (v.size() < n + 16) v.resize(n + 16);
@@ -375,13 +386,7 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
            int i0, int mc, int j0, int nc, int M, int N, int K, bool transA, float alpha, float beta) {
     thread_local std::vector<float> a_buf, acc_buf, strip_buf;
     const int MR = kn.MR, NR = kn.NR, Npad = (N + NR - 1) / NR * NR;
-    // A block of at most 128 columns reads op(A) in place: a strip of A packed (0.6-0.85 of a tile)
-    // would serve too few tiles to repay it. 1 thread, against packing, AVX-512 (4 strips of 32):
-    // 2048 x 64 x 256 nt 1.08x, 128 x 64 x 128 nn 1.25x, an attention head's 128 x 16 x 128 (tiny)
-    // 1.55x; AVX2 (8 strips of 16): 1.12-1.37x, 128 x 16 x 128 2.1x. At 256 columns: within ±5%
-    // either way, so not there. Not a (K, M) A of more than 256 columns: each k of a strip would be
-    // on a page of its own, and the TLB misses cost more than the packing (1024 x 64 x 2048 tn 0.82x).
-    const bool in_place = kn.tile_in_place && nc <= kInPlaceCols && (!transA || M <= 256);
+    const bool in_place = reads_a_in_place(kn, nc, M, transA);
     const int64_t rs = transA ? 1 : K, ks = transA ? M : 1;   // op(A)(r, k) at A[r * rs + k * ks]
     float* Ap = in_place ? nullptr : scratch(a_buf, (size_t)(mc + MR) * KC);
     const bool in_c = beta == 0.0f;
@@ -445,7 +450,16 @@ struct Cut {
 // 256 x 256 x 2048 (tn) on 2 threads became two blocks of columns each packing all of A, 6% slower
 // than two blocks of rows. Packing all of A once per call, shared like B, was slower still: a
 // block's A is then no longer fresh in L2.
-Cut cut_blocks(int M, int N, int MR, int NR, int threads) {
+// Where M fits one block (M <= MC_MAX), a block narrow enough to read A in place packs nothing, and
+// is counted so: 256 x 256 x 2048 tn on 2 threads then becomes two blocks of 128 columns, each
+// thread with half the tiles and half of B to pack, where two blocks of rows gave one thread 10
+// strips and the other 9 and had each pack all of B: alternated, 4 rounds, 227-278 GFLOP/s before,
+// 250-289 after (another window: 244 and 314); 1 thread 157 -> 175 (two blocks in place); the
+// attention's 128 x 128 x 64 nt and 128 x 64 x 128 nn on 2 threads +5-10%. Not for more rows: there
+// each block of columns reads all its rows' A from memory again (2048 x 256 x 1024 nt, 2 threads,
+// two blocks of 128 columns in place: 0.85-0.9x).
+Cut cut_blocks(const Kernel& kn, int M, int N, bool transA, int threads) {
+    const int MR = kn.MR, NR = kn.NR;
     const int ms = (M + MR - 1) / MR, ns = (N + NR - 1) / NR;   // strips each way
     const int mb0 = (M + MC_MAX - 1) / MC_MAX, nb0 = (N + NCB_MAX - 1) / NCB_MAX;
     Cut best{};
@@ -461,7 +475,9 @@ Cut cut_blocks(int M, int N, int MR, int NR, int threads) {
                     int64_t work = 0;
                     for (int64_t t = tasks * p / T; t < tasks * (p + 1) / T; t++) {
                         const int64_t rows = std::min(sm, ms - c.row_of(t) * sm), cols = std::min(sn, ns - c.col_of(t) * sn);
-                        work += rows * cols + rows;   // its tiles, and packing its strips of A (about a tile each)
+                        const int nc = std::min(int(cols) * NR, N - c.col_of(t) * sn * NR);   // as gemm cuts it
+                        const bool packs = M > MC_MAX || !reads_a_in_place(kn, nc, M, transA);
+                        work += rows * cols + (packs ? rows : 0);   // its tiles, and packing its strips of A (about a tile each)
                     }
                     load = std::max(load, work);
                 }
@@ -563,7 +579,7 @@ void gemm(float* C, const float* A, const float* B, const float* bias,
         return;
     }
     const Kernel& kn = kernel_of(gemm_kernel());
-    const Cut cut = cut_blocks(M, N, kn.MR, kn.NR, num_threads());
+    const Cut cut = cut_blocks(kn, M, N, transA, num_threads());
     // With one block of rows, each strip of op(B) serves one block only: the block packs it where
     // it uses it (32 KiB, still in cache for its tiles), instead of all of B going to memory packed
     // and coming back (an MLM head: 38 rows against 8 MB of vocabulary, 1.2x faster). With two, B

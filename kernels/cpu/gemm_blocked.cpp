@@ -330,11 +330,16 @@ constexpr int kInPlaceCols = 128;   // a block this narrow reads op(A) in place 
 // columns does: a strip of A packed (0.6-0.85 of a tile) would serve too few tiles to repay it.
 // 1 thread, against packing, AVX-512 (4 strips of 32): 2048 x 64 x 256 nt 1.08x, 128 x 64 x 128
 // nn 1.25x, an attention head's 128 x 16 x 128 (tiny) 1.55x; AVX2 (8 strips of 16): 1.12-1.37x,
-// 128 x 16 x 128 2.1x. At 256 columns: within ±5% either way, so not there. Not a (K, M) A of
-// more than 256 columns: each k of a strip would be on a page of its own, and the TLB misses cost
-// more than the packing (1024 x 64 x 2048 tn 0.82x).
+// 128 x 16 x 128 2.1x. At 256 columns: within ±5% either way, so not there. A (K, M) A of at
+// most 256 columns (a weight gradient's dout^T) is read in place by blocks of any width: each k's
+// 14 floats lie side by side as in a packed strip, and packing them cost 6.5% of 256 x 1024 x 2048
+// tn (perf); alternated, 3-4 rounds: 1 thread 164-169 -> 166-186 GFLOP/s, 2 threads 267-284 ->
+// 301-327; 256 x 256 x 2048 tn and 256 x 256 x 327 tn level; AVX2 level. Not with more columns:
+// each k of a strip would be on a page of its own, and the TLB misses cost more than the packing
+// (1024 x 64 x 2048 tn 0.82x).
 bool reads_a_in_place(const Kernel& kn, int nc, int M, bool transA) {
-    return kn.tile_in_place && nc <= kInPlaceCols && (!transA || M <= 256);
+    if (!kn.tile_in_place) return false;
+    return transA ? M <= 256 : nc <= kInPlaceCols;
 }
 
 // A buffer of floats aligned to 64 bytes, kept per thread between calls (no allocation per GEMM).
@@ -454,7 +459,8 @@ struct Cut {
 // is counted so: 256 x 256 x 2048 tn on 2 threads then becomes two blocks of 128 columns, each
 // thread with half the tiles and half of B to pack, where two blocks of rows gave one thread 10
 // strips and the other 9 and had each pack all of B: alternated, 4 rounds, 227-278 GFLOP/s before,
-// 250-289 after (another window: 244 and 314); 1 thread 157 -> 175 (two blocks in place); the
+// 250-289 after (another window: 244 and 314); 1 thread 157 -> 175 (then two blocks in place;
+// since, one, as reads_a_in_place reads a (K, M) A of M <= 256 in place at any width); the
 // attention's 128 x 128 x 64 nt and 128 x 64 x 128 nn on 2 threads +5-10%. Not for more rows: there
 // each block of columns reads all its rows' A from memory again (2048 x 256 x 1024 nt, 2 threads,
 // two blocks of 128 columns in place: 0.85-0.9x).

@@ -440,11 +440,16 @@ TEST_CASE("bias_backward sums rows, accumulates, and is thread-invariant") {
     const Vec once = db;
     ops::bias_backward(db.data(), dout.data(), N, OC);
     CHECK(same_bits(db, twice(once)));
-    check_thread_invariant([&] {
-        Vec d(OC, 0.0f);
-        ops::bias_backward(d.data(), dout.data(), N, OC);
-        return std::vector<Vec>{d};
-    }, "bias_backward");
+    // and with enough rows that column_grain cuts the columns into pieces for 2 and 3 threads
+    for (auto [rows, cols] : {std::pair{N, OC}, std::pair{16411, 400}}) {
+        CHECK((rows == N || (cols + ops::column_grain(rows) - 1) / ops::column_grain(rows) >= 3));
+        const Vec dy = random_vec((size_t)rows * cols, 22);
+        check_thread_invariant([&] {
+            Vec d(cols, 0.0f);
+            ops::bias_backward(d.data(), dy.data(), rows, cols);
+            return std::vector<Vec>{d};
+        }, "bias_backward");
+    }
 }
 
 // =============================================================================== layernorm ====
@@ -518,17 +523,20 @@ TEST_CASE("layernorm forward matches float64; backward matches finite difference
 }
 
 TEST_CASE("layernorm is thread-invariant") {
-    const int N = 61, C = 203;
-    const Vec inp = random_vec(N * C, 41, -3.0f, 3.0f), w = random_vec(C, 42), b = random_vec(C, 43);
-    const Vec dout = random_vec(N * C, 44);
-    check_thread_invariant([&] {
-        Vec out(N * C), mean(N), rstd(N), dinp(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
-        ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
-                               N, C, 1e-12f);
-        ops::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
-                                mean.data(), rstd.data(), N, C);
-        return std::vector<Vec>{out, mean, rstd, dinp, dw, db};
-    }, "layernorm");
+    // the second shape has enough rows that column_grain cuts the weight gradients' columns
+    for (auto [N, C] : {std::pair{61, 203}, std::pair{16411, 400}}) {
+        CHECK((N == 61 || (C + ops::column_grain(N) - 1) / ops::column_grain(N) >= 3));
+        const Vec inp = random_vec((size_t)N * C, 41, -3.0f, 3.0f), w = random_vec(C, 42), b = random_vec(C, 43);
+        const Vec dout = random_vec((size_t)N * C, 44);
+        check_thread_invariant([&] {
+            Vec out((size_t)N * C), mean(N), rstd(N), dinp((size_t)N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+            ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
+                                   N, C, 1e-12f);
+            ops::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                                    mean.data(), rstd.data(), N, C);
+            return std::vector<Vec>{out, mean, rstd, dinp, dw, db};
+        }, "layernorm");
+    }
 }
 
 // ============================================================================= activations ====

@@ -50,8 +50,8 @@ void gemm_bf16(float* C, const float* A, const float* B, const float* bias,
 }
 
 void bias_backward(float* dbias, const float* dout, int N, int OC) {
-    // Threads own columns; each column sums its rows in increasing n, then adds once.
-    parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {
+    // Threads own columns (column_grain: big pieces); each sums its rows in increasing n, adds once.
+    parallel_for(OC, column_grain(N), [&](int64_t o0, int64_t o1) {
         std::vector<float> sum(o1 - o0, 0.0f);  // (o1 - o0)
         for (int n = 0; n < N; n++) {
             const float* row = dout + (size_t)n * OC + o0;

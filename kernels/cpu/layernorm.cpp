@@ -48,8 +48,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias,
             });
         });
     if (!dweight && !dbias) return;
-    // The parameter gradients reduce over rows: threads own columns and sum rows in order.
-    parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
+    // The parameter gradients reduce over rows: threads own columns (column_grain), sum rows in order.
+    parallel_for(C, column_grain(N), [&](int64_t c0, int64_t c1) {
         std::vector<float> dw(c1 - c0, 0.0f), db(c1 - c0, 0.0f);  // (c1 - c0)
         for (int n = 0; n < N; n++) {
             const float* x = inp + (size_t)n * C;

@@ -462,8 +462,8 @@ struct Cut {
 // is counted so: 256 x 256 x 2048 tn on 2 threads then becomes two blocks of 128 columns, each
 // thread with half the tiles and half of B to pack, where two blocks of rows gave one thread 10
 // strips and the other 9 and had each pack all of B: alternated, 4 rounds, 227-278 GFLOP/s before,
-// 250-289 after (another window: 244 and 314); 1 thread 157 -> 175 (then two blocks in place;
-// since, one, as reads_a_in_place reads a (K, M) A of M <= 256 in place at any width); the
+// 250-289 after (another window: 244 and 314); 1 thread 157 -> 175 with two blocks (now one
+// again: reads_a_in_place reads a (K, M) A in place at any width, so no cut saves packing); the
 // attention's 128 x 128 x 64 nt and 128 x 64 x 128 nn on 2 threads +5-10%. Not for more rows: there
 // each block of columns reads all its rows' A from memory again (2048 x 256 x 1024 nt, 2 threads,
 // two blocks of 128 columns in place: 0.85-0.9x).

@@ -227,8 +227,9 @@ TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta
 // 256 rows and 512 columns), every transpose, alpha/beta/bias, and beta = 0 over NaN garbage.
 // Where C is one block of rows, each block packs its own strips of B; with more, B is packed once
 // for all (38 x 1100 x 600: an MLM head's few rows, several blocks of columns and of K). Blocks of
-// at most 128 columns read A in place (all but the two wide ones; 40 x 100 x 300: 7 strips of AVX2's
-// 16, 4 of AVX-512's 32), except a transposed A wider than 256 columns (301 x 40 x 600).
+// at most 128 columns read A in place (40 x 100 x 300: 7 strips of AVX2's 16, 4 of AVX-512's 32), and
+// so does a transposed A at any width with AVX-512, up to 256 columns with AVX2 (301 x 40 x 600 is
+// wider: packed with AVX2, in place with AVX-512).
 TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
     const int sizes[][3] = {{1, 1, 1}, {5, 15, 3}, {13, 33, 257}, {145, 17, 513}, {12, 32, 256},
                             {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}, {38, 1100, 600}, {40, 100, 300},
@@ -428,6 +429,9 @@ TEST_CASE("gemm gives the same bits with 1, 2 and 3 threads") {
     }, "gemm");
 }
 
+// How many pieces a column sum over `rows` rows is cut into (for 3 threads at most 3 run).
+static int64_t column_pieces(int64_t rows, int64_t cols) { return (cols + ops::column_grain(rows) - 1) / ops::column_grain(rows); }
+
 TEST_CASE("bias_backward sums rows, accumulates, and is thread-invariant") {
     const int N = 37, OC = 203;
     const Vec dout = random_vec((size_t)N * OC, 21);
@@ -442,7 +446,7 @@ TEST_CASE("bias_backward sums rows, accumulates, and is thread-invariant") {
     CHECK(same_bits(db, twice(once)));
     // and with enough rows that column_grain cuts the columns into pieces for 2 and 3 threads
     for (auto [rows, cols] : {std::pair{N, OC}, std::pair{16411, 400}}) {
-        CHECK((rows == N || (cols + ops::column_grain(rows) - 1) / ops::column_grain(rows) >= 3));
+        CHECK((rows == N || column_pieces(rows, cols) >= 3));
         const Vec dy = random_vec((size_t)rows * cols, 22);
         check_thread_invariant([&] {
             Vec d(cols, 0.0f);
@@ -525,7 +529,7 @@ TEST_CASE("layernorm forward matches float64; backward matches finite difference
 TEST_CASE("layernorm is thread-invariant") {
     // the second shape has enough rows that column_grain cuts the weight gradients' columns
     for (auto [N, C] : {std::pair{61, 203}, std::pair{16411, 400}}) {
-        CHECK((N == 61 || (C + ops::column_grain(N) - 1) / ops::column_grain(N) >= 3));
+        CHECK((N == 61 || column_pieces(N, C) >= 3));
         const Vec inp = random_vec((size_t)N * C, 41, -3.0f, 3.0f), w = random_vec(C, 42), b = random_vec(C, 43);
         const Vec dout = random_vec((size_t)N * C, 44);
         check_thread_invariant([&] {

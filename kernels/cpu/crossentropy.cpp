@@ -25,15 +25,16 @@ void check_targets(const int32_t* targets, int N, int V, const char* fn) {
                                      std::to_string(V) + ") and is not ignore_index -100");
 }
 
-// One row of logits x (V): e[i] = exp(x[i] - max) in float (exp32 and max32 vectorise), their sum
-// in float64 in increasing i. Returns the sum, and the max in max_out (written once: while a loop
-// kept the max there, each store to e[i] might have changed it, and no loop vectorised).
-double row_exp(float* e, const float* x, int V, float& max_out) {
-    const float maxv = max_out = max32(x, V);
-    for (int i = 0; i < V; i++) e[i] = exp32(x[i] - maxv);
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) sum += e[i];
-    return sum;
+// Rows n .. n+R of logits x (R, V), R of them at once (by_groups): e (R, V) = exp(x - the row's max) in
+// float (exp32 and max32 vectorise), sum[r] row r's float64 sum in increasing i: the same bits as one row
+// at a time, with R add chains in flight (one chain of 8000 dependent adds was most of the loss's time).
+template <int R>
+void rows_exp(double (&sum)[R], float (&maxv)[R], float* e, const float* x, int V) {
+    for (int r = 0; r < R; r++) {
+        const float m = maxv[r] = max32(x + (size_t)r * V, V);   // a local: maxv[r] might alias e to the compiler
+        for (int i = 0; i < V; i++) e[(size_t)r * V + i] = exp32(x[(size_t)r * V + i] - m);
+    }
+    chain_sums(sum, V, [&](int r, int i) { return (double)e[(size_t)r * V + i]; });
 }
 
 }  // namespace
@@ -41,17 +42,16 @@ double row_exp(float* e, const float* x, int V, float& max_out) {
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) {
     check_targets(targets, N, V, "crossentropy_forward");
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
-        std::vector<float> e(V);   // (V)
-        for (int64_t n = n0; n < n1; n++) {
-            if (targets[n] == kIgnoreIndex) {
-                losses[n] = 0.0f;
-                continue;
+        std::vector<float> e((size_t)8 * V);   // (8, V)
+        by_groups<8>(n0, n1, [&](auto R, int64_t n) {
+            double sum[R()];
+            float maxv[R()];
+            rows_exp(sum, maxv, e.data(), logits + n * V, V);   // ignored rows too (their sums unused)
+            for (int r = 0; r < R(); r++) {
+                const int32_t t = targets[n + r];
+                losses[n + r] = t == kIgnoreIndex ? 0.0f : (float)(maxv[r] + std::log(sum[r]) - logits[(n + r) * V + t]);
             }
-            const float* x = logits + n * V;  // (V)
-            float maxv;
-            const double sum = row_exp(e.data(), x, V, maxv);
-            losses[n] = (float)(maxv + std::log(sum) - x[targets[n]]);
-        }
+        });
     });
 }
 
@@ -60,16 +60,19 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
                            float scale, int N, int V) {
     check_targets(targets, N, V, "crossentropy_backward");
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
-        std::vector<float> e(V);   // (V)
-        for (int64_t n = n0; n < n1; n++) {
-            if (targets[n] == kIgnoreIndex) continue;
-            const float* x = logits + n * V;  // (V)
-            float* dx = dlogits + n * V;
-            float maxv;
-            const float inv = (float)(1.0 / row_exp(e.data(), x, V, maxv));
-            for (int i = 0; i < V; i++) dx[i] += scale * (e[i] * inv);
-            dx[targets[n]] -= scale;
-        }
+        std::vector<float> e((size_t)8 * V);   // (8, V)
+        by_groups<8>(n0, n1, [&](auto R, int64_t n) {
+            double sum[R()];
+            float maxv[R()];
+            rows_exp(sum, maxv, e.data(), logits + n * V, V);
+            for (int r = 0; r < R(); r++) {
+                if (targets[n + r] == kIgnoreIndex) continue;
+                float* dx = dlogits + (n + r) * V;   // (V)
+                const float inv = (float)(1.0 / sum[r]), *er = e.data() + (size_t)r * V;
+                for (int i = 0; i < V; i++) dx[i] += scale * (er[i] * inv);
+                dx[targets[n + r]] -= scale;
+            }
+        });
     });
 }
 

@@ -133,9 +133,9 @@ void linear_forward(const RunOptions& o, float* out, const float* inp, const flo
                     int OC) {
     mm(o)(out, inp, w, b, N, OC, IC, false, true, 1.0f, 0.0f);
 }
-// dinp (N, IC) += dout (N, OC) @ W
-void linear_backward_input(const RunOptions& o, float* dinp, const float* dout, const float* w, int N, int IC, int OC) {
-    mm(o)(dinp, dout, w, nullptr, N, IC, OC, false, false, 1.0f, 1.0f);
+// dinp (N, IC) += dout (N, OC) @ W; with beta 0, dinp = dout @ W (its old contents never read)
+void linear_backward_input(const RunOptions& o, float* dinp, const float* dout, const float* w, int N, int IC, int OC, float beta = 1.0f) {
+    mm(o)(dinp, dout, w, nullptr, N, IC, OC, false, false, 1.0f, beta);
 }
 // dW (OC, IC) += dout^T @ inp ; db (OC) += column sums of dout
 void linear_backward_weight(const RunOptions& o, float* dw, float* db, const float* dout, const float* inp, int N,
@@ -326,7 +326,7 @@ class Block : public Layer {
         dev::attention_forward_flash(s->yatt.data(), s->lse.data(), s->q.data(), s->k.data(), s->v.data(),
                                      mb.dev.attention_mask, opt.causal, p_att(opt), dropout_key(opt, mb, index_, 0), B,
                                      T, NH, HS);
-        Buf o(NC);   // (N, C): the attention's output projection
+        Buf o; o.resize(NC);   // (N, C): the attention's output projection
         linear_forward(opt, o.data(), s->yatt.data(), param(wo_), param(bo_), N, C, C);
         dev::dropout_forward(o.data(), o.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
         s->r1.resize(NC), s->a.resize(NC), s->mean1.resize(N), s->rstd1.resize(N);   // (N, C), (N, C), (N), (N)
@@ -356,8 +356,8 @@ class Block : public Layer {
         // FFN branch
         s.df = zeros(NC);        // (N, C)
         dev::dropout_backward(s.df.data(), dr2.data(), p_hid(opt), dropout_key(opt, mb, index_, 2), int(NC));
-        Buf dg = zeros(NI);      // (N, I)
-        linear_backward_input(opt, dg.data(), s.df.data(), param(w2_), N, I, C);
+        Buf dg; dg.resize(NI);   // (N, I), written whole below (beta 0): no zeros first
+        linear_backward_input(opt, dg.data(), s.df.data(), param(w2_), N, I, C, 0.0f);
         s.dh = zeros(NI);        // (N, I)
         act_.backward(s.dh.data(), s.h.data(), dg.data(), int(NI));
         s.da = dr2;   // (N, C): the residual path a → r2
@@ -367,8 +367,8 @@ class Block : public Layer {
         dev::layernorm_backward(dr1.data(), nullptr, nullptr, s.da.data(), s.r1.data(), param(ln1w_), s.mean1.data(), s.rstd1.data(), N, C);
         s.dproj = zeros(NC);     // (N, C)
         dev::dropout_backward(s.dproj.data(), dr1.data(), p_hid(opt), dropout_key(opt, mb, index_, 1), int(NC));
-        Buf dyatt = zeros(NC);   // (N, C) = (B, T, NH, HS)
-        linear_backward_input(opt, dyatt.data(), s.dproj.data(), param(wo_), N, C, C);
+        Buf dyatt; dyatt.resize(NC);   // (N, C) = (B, T, NH, HS), written whole below
+        linear_backward_input(opt, dyatt.data(), s.dproj.data(), param(wo_), N, C, C, 0.0f);
         s.dq = zeros(NC), s.dk = zeros(NC), s.dv = zeros(NC);   // (N, C) each
         dev::attention_backward_flash(s.dq.data(), s.dk.data(), s.dv.data(), dyatt.data(), s.yatt.data(),
                                       s.lse.data(), s.q.data(), s.k.data(), s.v.data(), mb.dev.attention_mask,
@@ -474,14 +474,14 @@ class Head : public Layer {
         if (n == 0) return;
         s.dlogits = zeros(size_t(n) * V);   // (n, V)
         dev::crossentropy_backward(s.dlogits.data(), s.logits.data(), s.targets_dev.data(), mb.loss_scale, n, V);
-        s.dz = zeros(size_t(n) * C);        // (n, C)
-        linear_backward_input(opt, s.dz.data(), s.dlogits.data(), param(emb_), n, C, V);
+        s.dz.resize(size_t(n) * C);         // (n, C)
+        linear_backward_input(opt, s.dz.data(), s.dlogits.data(), param(emb_), n, C, V, 0.0f);
         Buf du = zeros(size_t(n) * C);      // (n, C)
         dev::layernorm_backward(du.data(), nullptr, nullptr, s.dz.data(), s.u.data(), param(lnw_), s.mean.data(), s.rstd.data(), n, C);
         s.dt = zeros(size_t(n) * C);        // (n, C)
         act_.backward(s.dt.data(), s.t.data(), du.data(), n * C);
-        Buf dh = zeros(size_t(n) * C);      // (n, C)
-        linear_backward_input(opt, dh.data(), s.dt.data(), param(wt_), n, C, C);
+        Buf dh; dh.resize(size_t(n) * C);   // (n, C)
+        linear_backward_input(opt, dh.data(), s.dt.data(), param(wt_), n, C, C, 0.0f);
         dev::embedding_backward(din, dh.data(), s.rows_dev.data(), n, C);   // din (B*T, C): scatter-add to the rows
     }
 
@@ -550,8 +550,8 @@ class ClassifierHead : public Layer {
         dev::dropout_backward(dp.data(), du.data(), p_hid(opt), dropout_key(opt, mb, index_, 0), B * C);
         s.dt = zeros(size_t(B) * C);   // (B, C): the gradient before tanh
         dev::tanh_backward(s.dt.data(), s.t.data(), dp.data(), B * C);
-        Buf dh = zeros(size_t(B) * C);   // (B, C)
-        linear_backward_input(opt, dh.data(), s.dt.data(), param(pw_), B, C, C);
+        Buf dh; dh.resize(size_t(B) * C);   // (B, C)
+        linear_backward_input(opt, dh.data(), s.dt.data(), param(pw_), B, C, C, 0.0f);
         dev::embedding_backward(din, dh.data(), s.rows_dev.data(), B, C);   // din (B*T, C): back to the [CLS] rows
     }
 

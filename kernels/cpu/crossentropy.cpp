@@ -25,9 +25,8 @@ void check_targets(const int32_t* targets, int N, int V, const char* fn) {
                                      std::to_string(V) + ") and is not ignore_index -100");
 }
 
-// Rows n .. n+R of logits x (R, V), R of them at once (by_groups): e (R, V) = exp(x - the row's max) in
-// float (exp32 and max32 vectorise), sum[r] row r's float64 sum in increasing i: the same bits as one row
-// at a time, with R add chains in flight (one chain of 8000 dependent adds was most of the loss's time).
+// R rows of logits x (R, V) at once: e (R, V) = exp(x - the row's max) in float, sum[r] row r's float64 sum in
+// increasing i, R add chains in flight (one chain of 8000 dependent adds was most of the loss's time).
 template <int R>
 void rows_exp(double (&sum)[R], float (&maxv)[R], float* e, const float* x, int V) {
     for (int r = 0; r < R; r++) {
@@ -44,11 +43,10 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         std::vector<float> e((size_t)8 * V);   // (8, V)
         by_groups<8>(n0, n1, [&](auto R, int64_t n) {
-            double sum[R()];
-            float maxv[R()];
+            double sum[R()]; float maxv[R()];   // (R), (R)
             rows_exp(sum, maxv, e.data(), logits + n * V, V);   // ignored rows too (their sums unused)
             for (int r = 0; r < R(); r++) {
-                const int32_t t = targets[n + r];
+                const int32_t t = targets[n + r];   // an ignored row's loss is 0
                 losses[n + r] = t == kIgnoreIndex ? 0.0f : (float)(maxv[r] + std::log(sum[r]) - logits[(n + r) * V + t]);
             }
         });
@@ -62,8 +60,7 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         std::vector<float> e((size_t)8 * V);   // (8, V)
         by_groups<8>(n0, n1, [&](auto R, int64_t n) {
-            double sum[R()];
-            float maxv[R()];
+            double sum[R()]; float maxv[R()];
             rows_exp(sum, maxv, e.data(), logits + n * V, V);
             for (int r = 0; r < R(); r++) {
                 if (targets[n + r] == kIgnoreIndex) continue;

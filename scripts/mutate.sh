@@ -9,6 +9,7 @@
 # Usage: scripts/mutate.sh [--only NAME[,NAME]] [--list] [--update-docs] [--docs-only]
 #                          [--build-dir DIR] [--scratch DIR] [--timeout S] [--no-baseline]
 #   --list         the mutations, their files and expected killers; nothing is built
+#   --check        exits 1 naming each stale mutation (its sed changes nothing); nothing is built (ctest mutations_fresh)
 #   --update-docs  write docs/mutation.md from this run (date, machine, commit, one row each, score)
 #   --docs-only    write docs/mutation.md from the last run's results, without running anything
 #   --build-dir    the scratch build (default SCRATCH/build); --scratch the scratch root
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --only) ONLY="$2"; shift 2 ;;
         --list) MODE=list; shift ;;
+        --check) MODE=check; shift ;;
         --update-docs) UPDATE_DOCS=1; shift ;;
         --docs-only) MODE=docs; shift ;;
         --build-dir) BUILD="$2"; shift 2 ;;
@@ -43,12 +45,11 @@ while [ $# -gt 0 ]; do
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --no-baseline) BASELINE=0; shift ;;
         --resume) RESUME=1; BASELINE=0; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         *) echo "mutate.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-mkdir -p "$SCRATCH"
-SCRATCH="$(cd "$SCRATCH" && pwd)"
+if [ "$MODE" != list ] && [ "$MODE" != check ]; then mkdir -p "$SCRATCH"; SCRATCH="$(cd "$SCRATCH" && pwd)"; fi
 TREE="$SCRATCH/tree"
 BUILD="${BUILD:-$SCRATCH/build}"
 RESULTS="$SCRATCH/results.tsv"   # name, result, killer, seconds, first message (tab-separated)
@@ -75,9 +76,10 @@ if [ -n "$ONLY" ]; then
     done
 fi
 
-if [ "$MODE" = list ]; then
+if [ "$MODE" = list ] || [ "$MODE" = check ]; then
     # Each sed is tried on a temporary copy of its file: "stale" if it changes nothing.
     tmp="$(mktemp)"; trap 'rm -f "$tmp"' EXIT
+    stale=0
     for i in "${!NAMES[@]}"; do
         state=stale
         if [ -f "$ROOT/${FILES[$i]}" ]; then
@@ -86,9 +88,12 @@ if [ "$MODE" = list ]; then
                 state="$({ diff "$ROOT/${FILES[$i]}" "$tmp" || true; } | grep -c "^>") line(s)"
             fi
         fi
+        [ "$state" = stale ] && stale=$((stale + 1))
+        [ "$MODE" = check ] && [ "$state" != stale ] && continue
         printf '%-36s %-30s %-9s %s\n' "${NAMES[$i]}" "${FILES[$i]}" "$state" "${KILLERS[$i]}"
     done
-    echo "${#NAMES[@]} mutations"
+    echo "${#NAMES[@]} mutations, $stale stale"
+    [ "$MODE" = list ] || [ "$stale" = 0 ] || { echo "mutate.sh: a stale mutation's sed no longer changes its file: fix its line in scripts/mutations.txt (the code it mutates moved or changed)" >&2; exit 1; }
     exit 0
 fi
 

@@ -63,7 +63,7 @@ void softmax_rows(float* lse, float* s, const int32_t* mask, bool causal, int b,
     for (int r = 0; r < R; r++) {
         float* row = s + (size_t)r * T;   // (T)
         for (int j = 0; j < T; j++) row[j] = visible(mask, causal, b, i0 + r, j, T) ? row[j] * scale : -INFINITY;
-        const float maxv = lse[r] = max32(row, T);   // vectorised; -inf: every key masked, no attention
+        const float maxv = lse[r] = max32(row, T);   // -inf: every key masked, no attention
         for (int j = 0; j < T; j++) row[j] = row[j] == -INFINITY ? 0.0f : exp32(row[j] - maxv);   // vectorises
     }
     chain_sums(sum, T, [&](int r, int j) { return s[(size_t)r * T + j]; });

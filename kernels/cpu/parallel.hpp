@@ -30,7 +30,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 inline int64_t column_grain(int64_t rows) { return std::max<int64_t>(64, (int64_t(1) << 21) / std::max<int64_t>(1, rows)); }
 
 // Host memory zeroed or copied (dst and src apart) in pieces as parallel_for cuts a kernel's work: a
-// step's fresh gradient buffers are ~200 MB of zeros, and on one thread they kept the others waiting.
+// step's fresh gradient buffers were ~200 MB of zeros (~120 since products written whole skip theirs),
+// and on one thread they kept the others waiting.
 void zero_bytes(void* p, size_t bytes);
 void copy_bytes_apart(void* dst, const void* src, size_t bytes);
 

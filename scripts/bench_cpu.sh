@@ -192,9 +192,15 @@ echo "small: 2-stage pipeline against pipetrain's own --threads 2: $pipe_vs_thre
 # ---- 3. where the step's time goes ---------------------------------------------------------------
 PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
   --steps $((steps + 2)) --out "$tmp/out" --threads 1 >"$tmp/prof"
-profile=$(awk '/^op profile/ { on = 1; print; next } on && /^op / { print "| op | seconds | calls | share |"; print "|---|---:|---:|---:|"; next }
-               on && NF == 4 { printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$tmp/prof")
+profile=$(awk '/^op profile/ { on = 1; print; next } on && /^op / { print "| op | seconds | calls | share | GFLOP | GFLOP/s |"; print "|---|---:|---:|---:|---:|---:|"; next }
+               on && (NF == 4 || NF == 6) { printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }' "$tmp/prof")
 echo "$profile"
+# A step's products (the GEMMs' and the attention's flops, as the profile counts them): this run's
+# less those of a 2-step run, over the steps between (the final evaluation's cancel out).
+PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
+  --steps 2 --out "$tmp/out" --overwrite --threads 1 >"$tmp/prof2"
+products() { awk '/^op profile/ { on = 1 } on && NF == 6 && $1 != "op" { g += $5 } END { printf "%.4f", g }' "$1"; }
+step_gflop=$(awk -v a="$(products "$tmp/prof")" -v b="$(products "$tmp/prof2")" -v n="$steps" 'BEGIN { printf "%.2f", (a - b) / n }')
 
 # ---- 4. how far the two `small` ratios could go, from the numbers above ------------------------------
 # 1 thread: the GEMMs' share of the op time (the profile); were every other op free and the GEMMs as
@@ -207,7 +213,15 @@ ceilings="- small, 1 thread: the GEMMs are ${gemm_share:-?}% of pipetrain's op t
 gemm_only=$(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s; else printf "-" }')
 ceilings+=" run $gemm_only tok/s, $(ratio "$gemm_only" "$t1")× the peer's best."$'\n'
 ceilings+="- small, 2 threads: pipetrain's 2 threads run $(ratio "$p2" "$p1")× its 1 thread; were they exactly 2×"
-ceilings+=" ($((2 * p1)) tok/s), $(ratio $((2 * p1)) "$t2")× the peer's best."
+ceilings+=" ($((2 * p1)) tok/s), $(ratio $((2 * p1)) "$t2")× the peer's best."$'\n'
+# The FMA peak: a step's products take at least step_gflop / peak seconds on 1 thread (half on 2).
+at_peak=$(awk -v p="$peak" -v g="$step_gflop" 'BEGIN { if (p > 0 && g > 0) printf "%.0f", 2048 * p / g; else printf "-" }')
+at_peak2=$(awk -v t="$at_peak" 'BEGIN { if (t > 0) printf "%.0f", 2 * t; else printf "-" }')
+ceilings+="- small, at the FMA peak: a step's products are $step_gflop GFLOP (the GEMMs' and the attention's, counted"
+ceilings+=" by the profile); at one thread's FMA peak ($peak GFLOP/s) with every other op free, pipetrain would run"
+ceilings+=" $at_peak tok/s, $(ratio "$at_peak" "$t1")× the peer's best on 1 thread, and at twice it $at_peak2 tok/s,"
+ceilings+=" $(ratio "$at_peak2" "$t2")× the peer's best on 2. The peer does the same products (less the scores the flash"
+ceilings+=" backward recomputes, a fifth of attention_backward_flash's), so pipetrain's ratios against this peer cannot pass these."
 echo "$ceilings"
 
 {
@@ -247,7 +261,7 @@ echo "$ceilings"
   echo
   echo "small, the 2-stage pipeline against pipetrain's own --threads 2 run: **$pipe_vs_threads**."
   echo
-  echo "How far these two ratios could go, computed from this table (bounds, not measurements):"
+  echo "How far these ratios could go, computed from this table (bounds, not measurements):"
   echo
   echo "$ceilings"
   echo

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #ifdef PIPETRAIN_CUDA
@@ -196,22 +197,73 @@ const char* const kOpNames[] = {
 #undef OP
 };
 std::atomic<long long> g_op_ns[kNumOps], g_op_calls[kNumOps];
+std::atomic<double> g_op_flops[kNumOps];
 const bool g_profiling = [] {
     const char* v = std::getenv("PIPETRAIN_PROFILE");
     return v && *v && std::string(v) != "0";
 }();
 
-// Adds the time from its construction to its destruction to op `id` (when profiling).
+// The floating-point operations of one call, for the profile's GFLOP/s: 2 for each multiply-add of
+// the products that make up the ops built of them (as the CPU kernels compute them: the flash
+// backward recomputes S), 0 for the other ops. Flops<kOp_name>::of takes the op's arguments.
+template <int op>
+struct Flops {
+    template <typename... X>
+    static double of(const X&...) { return 0; }
+};
+template <>
+struct Flops<kOp_gemm> {
+    static double of(float*, const float*, const float*, const float*, int M, int N, int K, bool, bool, float, float) {
+        return 2.0 * M * N * K;
+    }
+};
+template <>
+struct Flops<kOp_gemm_bf16> : Flops<kOp_gemm> {};
+// One (T, T, HS) product of every head: 2 B NH T T HS. An attention op's last four arguments are
+// (B, T, NH, HS).
+template <typename... X>
+double head_product(const X&... x) {
+    const auto a = std::forward_as_tuple(x...);
+    constexpr size_t n = sizeof...(X);
+    return 2.0 * std::get<n - 4>(a) * std::get<n - 2>(a) * std::get<n - 3>(a) * std::get<n - 3>(a) * std::get<n - 1>(a);
+}
+template <>
+struct Flops<kOp_attention_forward> {   // S = Q K^T, out = P V
+    template <typename... X>
+    static double of(const X&... x) { return 2 * head_product(x...); }
+};
+template <>
+struct Flops<kOp_attention_forward_flash> : Flops<kOp_attention_forward> {};
+template <>
+struct Flops<kOp_attention_backward> {   // dP = dO V^T, and one product for each gradient asked
+    template <typename... X>
+    static double of(float* dq, float* dk, float* dv, const X&... x) {
+        return (dq || dk || dv) * (1 + (dq != nullptr) + (dk != nullptr) + (dv != nullptr)) * head_product(x...);
+    }
+};
+template <>
+struct Flops<kOp_attention_backward_flash> {   // S again, then as the unfused backward
+    template <typename... X>
+    static double of(float* dq, float* dk, float* dv, const X&... x) {
+        return (dq || dk || dv) * head_product(x...) + Flops<kOp_attention_backward>::of(dq, dk, dv, x...);
+    }
+};
+
+// Adds the time from its construction to its destruction, and `flops`, to op `id` (when profiling).
 struct OpClock {
     int id;
+    double flops;
     std::chrono::steady_clock::time_point t0;
-    explicit OpClock(int op) : id(op) {
+    OpClock(int op, double f) : id(op), flops(f) {
         if (g_profiling) t0 = std::chrono::steady_clock::now();
     }
     ~OpClock() {
         if (!g_profiling) return;
         g_op_ns[id] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
         g_op_calls[id]++;
+        double f = g_op_flops[id].load();   // C++17's atomic<double> has no +=
+        while (!g_op_flops[id].compare_exchange_weak(f, f + flops)) {
+        }
     }
 };
 }  // namespace
@@ -220,7 +272,7 @@ bool op_profiling() { return g_profiling; }
 std::vector<OpTime> op_profile() {
     std::vector<OpTime> all;
     for (int i = 0; i < kNumOps; i++)
-        if (g_op_calls[i]) all.push_back({kOpNames[i], g_op_ns[i] * 1e-9, g_op_calls[i].load()});
+        if (g_op_calls[i]) all.push_back({kOpNames[i], g_op_ns[i] * 1e-9, g_op_calls[i].load(), g_op_flops[i].load()});
     std::sort(all.begin(), all.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
     return all;
 }
@@ -243,12 +295,15 @@ uint64_t fingerprint(const void* data, size_t bytes) {
 
 // ---- dev::name for every op of kernels/ops.inc ----------------------------------------------
 // One function per OP line, e.g.
-//   void scale(float* x, float s, int N) { OpClock clock(kOp_scale); return DISPATCH(scale, (x, s, N)); }
+//   void scale(float* x, float s, int N) {
+//       OpClock clock(kOp_scale, g_profiling ? Flops<kOp_scale>::of(x, s, N) : 0);
+//       return DISPATCH(scale, (x, s, N));
+//   }
 namespace dev {
-#define OP(ret, name, params, args) \
-    ret name params {               \
-        OpClock clock(kOp_##name);  \
-        return DISPATCH(name, args); \
+#define OP(ret, name, params, args)                                             \
+    ret name params {                                                           \
+        OpClock clock(kOp_##name, g_profiling ? Flops<kOp_##name>::of args : 0); \
+        return DISPATCH(name, args);                                            \
     }
 #include "kernels/ops.inc"
 #undef OP

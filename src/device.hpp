@@ -162,12 +162,14 @@ void move_to(Array<T>& a, Device d) {
 
 // ---- time per op -----------------------------------------------------------------------------
 // With PIPETRAIN_PROFILE=1 in the environment, every dev:: call adds its wall time to its op's
-// total (all threads together); op_profile() reads the totals, slowest first. On a GPU a call's
+// total (all threads together), and the floating-point operations of its products (GEMMs and the
+// attention's; 0 for other ops); op_profile() reads the totals, slowest first. On a GPU a call's
 // time is its launch, not its run: the breakdown is meant for the CPU.
 struct OpTime {
     const char* name;
     double seconds;
     long long calls;
+    double flops;
 };
 bool op_profiling();
 std::vector<OpTime> op_profile();

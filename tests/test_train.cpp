@@ -154,6 +154,30 @@ TEST_CASE("PIPETRAIN_PROFILE prints the time per op; bench-gemm checks its shape
         INFO(op);
         CHECK(r.out.find(op) != std::string::npos);
     }
+    // The products' GFLOP, against a count from the shapes: tiny (C 64, FFN 256, 4 blocks, 4 heads of
+    // 16, vocabulary 4000) on the fixture's batch (3 x 16, N labelled positions). Every linear layer
+    // is one GEMM forward and two backward (input and weight gradients), so 2 steps and the final
+    // evaluation make 3 * 2 + 1 = 7 forwards' multiply-adds (2 flops each): the blocks' 4 C^2 + 2 C
+    // FFN per token, and the MLM head's transform (C^2) and decoder (C V) per labelled position. The
+    // attention: 2 products (T, T, HS) a head forward, the flash backward 5 (S again, dO V^T, dV,
+    // dQ, dK); 3 forwards (2 steps, the evaluation), 2 backwards.
+    const size_t targets = r.out.find(" targets)");
+    REQUIRE(targets != std::string::npos);
+    const double N = std::atof(r.out.c_str() + r.out.rfind('(', targets) + 1), C = 64, F = 256, L = 4, V = 4000;
+    const double linear = 3 * 16 * L * (4 * C * C + 2 * C * F) + N * (C * C + C * V), head = 2.0 * 3 * 4 * 16 * 16 * 16;
+    auto gflop = [&](const char* op) {
+        const size_t at = r.out.find(std::string("\n") + op + " ") + 1;
+        std::istringstream row(r.out.substr(at, r.out.find('\n', at) - at));
+        std::string name, seconds, calls, share;
+        double g = -1;   // stays -1 where the row has no GFLOP
+        row >> name >> seconds >> calls >> share >> g;
+        return g;
+    };
+    CHECK(N > 0);
+    CHECK(gflop("gemm") == doctest::Approx(7 * 2 * linear * 1e-9).epsilon(1e-5));
+    CHECK(gflop("attention_forward_flash") == doctest::Approx(3 * L * 2 * head * 1e-9).epsilon(1e-5));
+    CHECK(gflop("attention_backward_flash") == doctest::Approx(2 * L * 5 * head * 1e-9).epsilon(1e-5));
+    CHECK(gflop("adamw_update") == -1);   // no products: no GFLOP column
     Run g = run_cli("bench-gemm --shapes 64x48x33:tn --seconds 0.01 --kernel all");
     REQUIRE_MESSAGE(g.code == 0, g.out);
     CHECK(g.out.find(" 64 48 33 1 0 ") != std::string::npos);

@@ -88,7 +88,8 @@ const char* kUsage =
     "any command: --no-verify loads model and checkpoint directories without checking their manifest\n"
     "             (pipetrain_manifest.json: each file's size and SHA-256); a checkpoint (trainer_state.json)\n"
     "             without one is refused unless it is given\n"
-    "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command;\n"
+    "environment: PIPETRAIN_PROFILE=1 prints the time spent in each op at the end of any command\n"
+    "             (and the GFLOP and GFLOP/s of the GEMMs and the attention);\n"
     "             PIPETRAIN_GEMM=plain|avx2|avx512 chooses the CPU GEMM micro-kernel (default: the best);\n"
     "             PIPETRAIN_LEND=0 keeps each pipeline rank (a thread, or an MPI process) on its own core\n"
     "             (default 1: a waiting rank's core runs pieces of the others' CPU kernels)\n";
@@ -135,9 +136,12 @@ void print_op_profile(double wall) {
     double sum = 0;
     for (const pt::OpTime& t : ops) sum += t.seconds;
     std::printf("op profile (PIPETRAIN_PROFILE): %.3f s in ops, %.3f s wall (all threads' op time added up)\n", sum, wall);
-    std::printf("%-28s %10s %9s %7s\n", "op", "seconds", "calls", "share");
-    for (const pt::OpTime& t : ops)
-        std::printf("%-28s %10.3f %9lld %6.1f%%\n", t.name, t.seconds, t.calls, 100 * t.seconds / std::max(sum, 1e-12));
+    std::printf("%-28s %10s %9s %7s %12s %8s\n", "op", "seconds", "calls", "share", "GFLOP", "GFLOP/s");
+    for (const pt::OpTime& t : ops) {
+        std::printf("%-28s %10.3f %9lld %6.1f%%", t.name, t.seconds, t.calls, 100 * t.seconds / std::max(sum, 1e-12));
+        if (t.flops > 0) std::printf(" %12.6f %8.1f", t.flops * 1e-9, t.flops * 1e-9 / std::max(t.seconds, 1e-12));
+        std::printf("\n");
+    }
 }
 
 // The command's exit code, or 1 where what it printed was lost (a full disk, /dev/full): said on

@@ -233,7 +233,8 @@ TEST_CASE("gemm and gemm_naive match a float64 reference: transposes, alpha/beta
 TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
     const int sizes[][3] = {{1, 1, 1}, {5, 15, 3}, {13, 33, 257}, {145, 17, 513}, {12, 32, 256},
                             {290, 530, 70}, {7, 1030, 31}, {301, 40, 600}, {38, 1100, 600}, {40, 100, 300},
-                            {250, 250, 90}};   // 250 x 250 on 2 threads: two blocks of 128 columns, A in place
+                            {250, 250, 90},    // 250 x 250 on 2 threads: two blocks of 128 columns, A in place
+                            {300, 200, 520}};  // a (K, M) A with M > 256 and 200 columns: packed, 3 slices of K
     const ops::GemmKernel before = ops::gemm_kernel();
     int ran = 0;
     for (ops::GemmKernel k : {ops::GemmKernel::plain, ops::GemmKernel::avx2, ops::GemmKernel::avx512}) {

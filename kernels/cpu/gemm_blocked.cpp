@@ -282,15 +282,14 @@ struct Kernel {
     PackBtFn pack_bt;     // null: pack_b_strip's loop
     TilePartFn tile_part;   // rows < MR of a tile; null: all MR rows, into a local tile
     TileInPlaceFn tile_in_place;   // null: A is always packed
-    int in_place_max_m;   // the most columns of a (K, M) A that tile_in_place reads in place (reads_a_in_place)
 };
 
 const Kernel& kernel_of(GemmKernel k) {
-    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr, nullptr, nullptr, 0};
+    static const Kernel plain{GemmKernel::plain, "plain", kPlainMR, kPlainNR, tile_plain, pack_a, nullptr, nullptr, nullptr};
 #ifdef PT_X86
-    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr, nullptr, tile_avx2_in_place, 256};
+    static const Kernel avx2{GemmKernel::avx2, "avx2", kAvx2MR, kAvx2NR, tile_avx2, pack_a, nullptr, nullptr, tile_avx2_in_place};
     static const Kernel avx512{GemmKernel::avx512, "avx512", kAvx512MR, kAvx512NR, tile_avx512, pack_a_avx512, pack_bt_avx512,
-                                   tile_avx512_part, tile_avx512_in_place, 1 << 30};
+                                   tile_avx512_part, tile_avx512_in_place};
     if (k == GemmKernel::avx512) return avx512;
     if (k == GemmKernel::avx2) return avx2;
 #endif
@@ -326,23 +325,25 @@ std::atomic<GemmKernel>& chosen() {
 // within ±2%. Not measured on a 512 KiB L2 (the EPYC), where the block still fits.
 constexpr int KC = 256, MC_MAX = 256, NCB_MAX = 512;
 constexpr int kInPlaceCols = 128;   // a block this narrow reads op(A) in place (see block)
+constexpr int kInPlaceRowsT = 256;   // and a (K, M) A with M this small, at any width
 
 // Whether a block of nc columns reads op(A) in place instead of packing it. A block of at most 128
 // columns does: a strip of A packed (0.6-0.85 of a tile) would serve too few tiles to repay it.
 // 1 thread, against packing, AVX-512 (4 strips of 32): 2048 x 64 x 256 nt 1.08x, 128 x 64 x 128
 // nn 1.25x, an attention head's 128 x 16 x 128 (tiny) 1.55x; AVX2 (8 strips of 16): 1.12-1.37x,
 // 128 x 16 x 128 2.1x. At 256 columns: within ±5% either way, so not there. A (K, M) A (a weight
-// gradient's dout^T) is read in place by blocks of any width: each k's MR floats lie side by side
-// as in a packed strip, and packing them cost 6.5% of 256 x 1024 x 2048 tn and 12% of 1024 x 256 x
-// 2048 tn (perf). AVX-512, alternated, 3-4 rounds, GFLOP/s: 256 x 1024 x 2048 tn 1 thread 164-169
-// -> 166-186, 2 threads 267-284 -> 301-327; 1024 x 256 x 2048 tn 172-186 -> 187-192 (2 threads
-// 344-355 -> 363-365); 1024 x 64 x 2048 tn 151-165 -> 189-201; 4096 x 128 x 512 tn 171-184 ->
-// 195-197; the MLM head's 8000 x 256 x 327 tn, 2048 x 2048 x 256 tn and 256 x 256 x 2048 tn level.
-// AVX2 only up to 256 columns (kn.in_place_max_m): its 6 floats a k from rows 4 KiB apart ran
-// 1024 x 256 x 2048 tn at 69-71 against 78-87 packed (1248 x 312 x 2048 tn 94-96 against 83-86).
+// gradient's dout^T) is also read in place by wider blocks where M <= 256: each k's MR floats lie
+// side by side as in a packed strip, and its rows are at most 1 KiB apart. Wider M is packed: from
+// rows 4 KiB apart (M = 1024) the k steps of a strip fall in one set of an 8-way L1 (Zen 4, 32 KiB),
+// and 1024 x 256 x 2048 tn ran 84-88 GFLOP/s in place against 96-103 packed (1 thread; 2 threads
+// 163-174 -> 173-196), 2048 x 2048 x 256 tn 94-96 -> 99-102, the MLM head's 8000 x 256 x 327 tn
+// 91-94 -> 97-98, 312 x 1248 x 2048 tn 91 -> 89 (2 threads 168-182 -> 188); AVX2 level or better at
+// each (1248 x 312 x 2048 tn 84 -> 92). The EPYC of family 26 (48 KiB, 12-way L1) had run
+// 1024 x 256 x 2048 tn 5% faster in place (187-192 against 172-186), and 256 x 1024 x 2048 tn
+// (M = 256, still in place) 166-186 against 164-169: the rule costs that machine at most that 5%.
 bool reads_a_in_place(const Kernel& kn, int nc, int M, bool transA) {
     if (!kn.tile_in_place) return false;
-    return transA ? M <= kn.in_place_max_m : nc <= kInPlaceCols;
+    return nc <= kInPlaceCols || (transA && M <= kInPlaceRowsT);
 }
 
 // A buffer of floats aligned to 64 bytes, kept per thread between calls (no allocation per GEMM).

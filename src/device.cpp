@@ -196,8 +196,7 @@ const char* const kOpNames[] = {
 #include "kernels/ops.inc"
 #undef OP
 };
-std::atomic<long long> g_op_ns[kNumOps], g_op_calls[kNumOps];
-std::atomic<double> g_op_flops[kNumOps];
+std::atomic<long long> g_op_ns[kNumOps], g_op_calls[kNumOps], g_op_flops[kNumOps];
 const bool g_profiling = [] {
     const char* v = std::getenv("PIPETRAIN_PROFILE");
     return v && *v && std::string(v) != "0";
@@ -261,9 +260,7 @@ struct OpClock {
         if (!g_profiling) return;
         g_op_ns[id] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
         g_op_calls[id]++;
-        double f = g_op_flops[id].load();   // C++17's atomic<double> has no +=
-        while (!g_op_flops[id].compare_exchange_weak(f, f + flops)) {
-        }
+        g_op_flops[id] += (long long)flops;   // a whole number of flops: exact in 64 bits
     }
 };
 }  // namespace
@@ -272,7 +269,7 @@ bool op_profiling() { return g_profiling; }
 std::vector<OpTime> op_profile() {
     std::vector<OpTime> all;
     for (int i = 0; i < kNumOps; i++)
-        if (g_op_calls[i]) all.push_back({kOpNames[i], g_op_ns[i] * 1e-9, g_op_calls[i].load(), g_op_flops[i].load()});
+        if (g_op_calls[i]) all.push_back({kOpNames[i], g_op_ns[i] * 1e-9, g_op_calls[i].load(), double(g_op_flops[i].load())});
     std::sort(all.begin(), all.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
     return all;
 }

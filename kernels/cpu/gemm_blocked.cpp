@@ -340,7 +340,7 @@ constexpr int kInPlaceRowsT = 256;   // and a (K, M) A with M this small, at any
 // 91-94 -> 97-98, 312 x 1248 x 2048 tn 91 -> 89 (2 threads 168-182 -> 188); AVX2 level or better at
 // each (1248 x 312 x 2048 tn 84 -> 92). The EPYC of family 26 (48 KiB, 12-way L1) had run
 // 1024 x 256 x 2048 tn 5% faster in place (187-192 against 172-186), and 256 x 1024 x 2048 tn
-// (M = 256, still in place) 166-186 against 164-169: the rule costs that machine at most that 5%.
+// (M = 256, still in place) 166-186 against 164-169: the rule costs that machine that 5% there.
 bool reads_a_in_place(const Kernel& kn, int nc, int M, bool transA) {
     if (!kn.tile_in_place) return false;
     return nc <= kInPlaceCols || (transA && M <= kInPlaceRowsT);

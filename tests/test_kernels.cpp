@@ -247,14 +247,17 @@ TEST_CASE("every GEMM micro-kernel gives gemm_naive's bits on awkward shapes") {
         uint32_t seed = 100;
         for (auto& s : sizes)
             for (int t = 0; t < 4; t++)
-                for (int variant = 0; variant < 3; variant++) {
+                for (int variant = 0; variant < 5; variant++) {
                     const int M = s[0], N = s[1], K = s[2];
                     const bool ta = t & 1, tb = t & 2;
                     const Vec A = random_vec((size_t)M * K, seed++), B = random_vec((size_t)K * N, seed++);
                     const Vec bias = random_vec(N, seed++);
                     Vec C0 = random_vec((size_t)M * N, seed++);
-                    const float alpha = variant == 1 ? -0.75f : 1.0f, beta = variant == 1 ? 0.5f : 0.0f;
-                    const float* b = variant == 1 ? bias.data() : nullptr;
+                    // 0: the product; 1: alpha, beta, bias; 2: beta 0 over NaN garbage; 3 and 4: alpha 1 with a
+                    // bias, beta 0 (a linear layer's forward) and 1 (adding, as gradients do): their ends are
+                    // done in the tiles' registers (End), and at C's edges after the tile
+                    const float alpha = variant == 1 ? -0.75f : 1.0f, beta = variant == 1 ? 0.5f : variant == 4 ? 1.0f : 0.0f;
+                    const float* b = variant == 1 || variant >= 3 ? bias.data() : nullptr;
                     if (variant == 2) std::fill(C0.begin(), C0.end(), NAN);
                     Vec C1 = C0, C2 = C0;
                     for (int threads : {1, 2}) {

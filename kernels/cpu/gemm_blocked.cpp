@@ -420,7 +420,14 @@ void pack_b(const Kernel& kn, float* Bp, const float* B, int N, int K, bool tran
 }
 
 // One block of C, rows [i0, i0+mc) x columns [j0, j0+nc), through every slice of K. The chain's
-// partial sums live in C itself when beta == 0 (C's old values are never needed), else in `acc`.
+// partial sums live in C itself where one slice makes them whole and beta == 0 (C's old values are
+// never needed), else in `acc`, the thread's own: between slices C's rows would be written and read
+// again, N floats apart (4 KiB at N = 1024: a tile's rows in one set of L1), and, where a thread's
+// block sits beside another's, the cache line across their edge (C need not start on a line) would
+// pass between the two cores at every slice. bench-gemm (beta 0), the family-26 EPYC, two builds
+// alternated, 3 rounds: 1024^3 311-329 -> 359-377 GFLOP/s on 2 threads, 173-191 -> 190-198 on 1;
+// 256 x 256 x 2048 tn 337-356 -> 352-376 on 2; the other shapes with K > 256 within the noise (the
+// shapes with K <= 256, whose code is unchanged, moved by up to 8% either way in the same rounds).
 // Tiles cut by the edge of C run on a local MR x NR tile and copy back what is inside.
 // Bp: all of op(B), packed by pack_b; or null, and then each strip is packed here from B just
 // before its tiles use it (a block that alone uses its columns: see gemm).
@@ -431,7 +438,7 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
     const bool in_place = reads_a_in_place(kn, nc, M, transA);
     const int64_t rs = transA ? 1 : K, ks = transA ? M : 1;   // op(A)(r, k) at A[r * rs + k * ks]
     float* Ap = in_place ? nullptr : scratch(a_buf, (size_t)(mc + MR) * KC);
-    const bool in_c = beta == 0.0f;
+    const bool in_c = beta == 0.0f && K <= KC;
     const int ldt = in_c ? N : (nc + NR - 1) / NR * NR;   // row stride of the partial sums
     float* T = in_c ? C + (size_t)i0 * N + j0 : scratch(acc_buf, (size_t)((mc + MR - 1) / MR * MR) * ldt);
     float edge[32 * 32];

@@ -199,6 +199,26 @@ TEST_CASE("--measured: the layers and the passes timed on as many cores at once 
     }
 }
 
+// Replicas wait for each other every step, and a pipeline for its slowest stage: the layers are the
+// slowest copy's (the mean of the copies, before, predicted dp 2 on 2 cores 0.78-0.92 of its
+// measured step on the family-26 EPYC). One replica's rank holds every layer, so its F + BI + BW is
+// the slowest copy's whole micro-batch.
+TEST_CASE("--measured: the layers as the slowest of the copies timed at once") {
+    if (std::thread::hardware_concurrency() < 2) {
+        MESSAGE("skipped: one core, so one copy");
+        return;
+    }
+    Run r = run_cli("schedule --predict --preset tiny --seq 16 --stages 1 --dp 2 --batch 4 --micro-batches 2 --measured");
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    const double slowest = after(r.out, "F + BI + BW of a micro-batch "), other = after(r.out, " ms; the other ");
+    CHECK(slowest >= other);
+    const size_t row = r.out.find("\n   0 ");   // rank 0: "   0       L    F / BI / BW ..."
+    REQUIRE_MESSAGE(row != std::string::npos, r.out);
+    double layers = 0, f = 0, bi = 0, bw = 0;
+    REQUIRE(std::sscanf(r.out.c_str() + row + 5, " %lf %lf / %lf / %lf", &layers, &f, &bi, &bw) == 4);
+    CHECK(f + bi + bw == doctest::Approx(slowest).epsilon(2e-3));   // each printed to 4 digits
+}
+
 TEST_CASE("V-shaped chunks: the split balances the ranks, not only the chunks") {
     // `small` (6 blocks, vocabulary 8,000) over 2 ranks of 2 chunks. Balancing the 4 chunks alone
     // gave rank 1 four blocks and rank 0 two, the embedding and the head (17.45 against 10.64 ms a

@@ -33,6 +33,7 @@
 // Not modelled: the passes without --measured, the norm's all-reduce (a float64 a tensor), the tied
 // copies' check (a hash of each), kernel launches, transfers that share a link and slow each other.
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -65,6 +66,7 @@ struct Shape {
     int P = 1, D = 1, M = 1, V = 1, rows = 1, T = 64, per_node = 1;
     bool bf16 = false, zero = false, overlap = true;   // overlap: a replica sum may hide (--dp-overlap 1, not --measured)
     int timed_together = 1;   // --measured: the most copies of the layers timed at the same time (at_once)
+    std::vector<double> copy_s;   // --measured: each copy's F + BI + BW of a micro-batch, seconds
     Link within, across;
     const Link& link(int a, int b) const { return a / per_node == b / per_node ? within : across; }
 };
@@ -81,9 +83,10 @@ void read_links(const Args& a, Shape& s) {
 
 // With --measured the run's ranks are this machine's cores, all computing at once and sharing its
 // caches and memory: so the layers and the passes are timed on as many threads at once as the run
-// has ranks (at most the cores, and 8: each thread times a copy of its own), and each time is their
-// mean. dp 2 on 2 cores (PIPETRAIN_LEND=0, alternated in one window): each replica's forwards and
-// backwards took 8-10% longer than one replica's alone, the other core idle. The two replicas' rows
+// has ranks (at most the cores, and 8: each thread times a copy of its own); the layers are then the
+// slowest copy's (slowest_costs), the passes' rates the copies' mean. dp 2 on 2 cores
+// (PIPETRAIN_LEND=0, alternated in one window): each replica's forwards and backwards took 8-10%
+// longer than one replica's alone, the other core idle. The two replicas' rows
 // of scripts/bench_predict.sh (predicted / measured, the best runs): 0.86 and 0.86 with the layers
 // timed alone; timed at once, in three runs, 0.94 and 0.93, 0.78 and 0.93, 0.99 and 0.94.
 constexpr unsigned kMostCopies = 8;
@@ -115,15 +118,16 @@ std::vector<R> at_once(int n, const std::function<R()>& time, int& together) {
     together = most.load();
     return out;
 }
-// Each layer's F, BI, BW (and their sum) as the mean over the copies timed at once.
-LayerCosts mean_costs(const std::vector<LayerCosts>& each) {
-    LayerCosts m = each[0];
-    for (auto v : {&LayerCosts::f, &LayerCosts::bi, &LayerCosts::bw, &LayerCosts::cost})
-        for (size_t l = 0; l < (m.*v).size(); l++) {
-            (m.*v)[l] = 0;
-            for (const LayerCosts& e : each) (m.*v)[l] += (e.*v)[l] / double(each.size());
-        }
-    return m;
+// The layers as the slowest of the copies timed at once: replicas wait for each other every step and
+// a pipeline goes at its slowest stage's pace, so a run follows its slowest core. The mean of the
+// copies, before: scripts/bench_predict.sh on the family-26 EPYC, dp 2 across the two namespaces,
+// predicted / measured 0.78-0.92 in the 10 rounds; with the slowest, 0.82-0.97 (both sums' rows),
+// the 2-stage pipelines 0.90-1.03 (0.92-0.99 before).
+LayerCosts slowest_costs(const std::vector<LayerCosts>& each, std::vector<double>& copy_s) {
+    auto total = [](const LayerCosts& c) { return std::accumulate(c.cost.begin(), c.cost.end(), 0.0); };
+    copy_s.clear();
+    for (const LayerCosts& c : each) copy_s.push_back(total(c));
+    return *std::max_element(each.begin(), each.end(), [&](const LayerCosts& x, const LayerCosts& y) { return total(x) < total(y); });
 }
 
 // Per layer, one micro-batch: forward, BI, BW seconds and the weights' and the stash's bytes.
@@ -132,7 +136,7 @@ LayerCosts mean_costs(const std::vector<LayerCosts>& each) {
 LayerCosts layer_model(const ModelConfig& cfg, Shape& s, const Args& a) {
     bool measured = a.has("--measured");
     auto time = [&] { return layer_costs(cfg, "time", s.rows, s.T); };
-    LayerCosts c = measured ? mean_costs(at_once<LayerCosts>(copies_at_once(s), time, s.timed_together))
+    LayerCosts c = measured ? slowest_costs(at_once<LayerCosts>(copies_at_once(s), time, s.timed_together), s.copy_s)
                             : layer_costs(cfg, "memory", 1, s.T);   // weights: 16 bytes a parameter
     for (double& x : c.stash) x *= (measured ? 1 : s.rows) * (s.bf16 ? 0.5 : 1.0);
     c.by = "time";
@@ -253,6 +257,18 @@ std::string ms(double seconds) {
     return b;
 }
 
+// ", as the slowest of 2 copies timed them (F + BI + BW of a micro-batch 61.2 ms; the other 58.3)", or
+// nothing for one copy.
+std::string slowest_said(const std::vector<double>& copy_s) {
+    if (copy_s.size() < 2) return "";
+    const auto most = std::max_element(copy_s.begin(), copy_s.end());
+    std::string others;
+    for (auto it = copy_s.begin(); it != copy_s.end(); ++it)
+        if (it != most) others += (others.empty() ? "" : ", ") + ms(*it);
+    return ", as the slowest of " + std::to_string(copy_s.size()) + " copies timed them (F + BI + BW of a micro-batch " +
+           ms(*most) + " ms; the other" + (copy_s.size() > 2 ? "s " : " ") + others + ")";
+}
+
 void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string& name, const pp::SimResult& sim,
                       const std::vector<RankPrediction>& rank, const PassRates& rate, double step, int B, const Args& a) {
     std::printf("predicted step: %d blocks (hidden %d, vocab %d), %s × %s, %s (V = %d), %s of %s × T %d, %s\n",
@@ -262,7 +278,7 @@ void print_prediction(const ModelConfig& cfg, const Shape& s, const std::string&
     std::printf("assumptions: compute %s; links within a node %g µs, %g GB/s, across %g µs, %g GB/s; %s a node (%s);"
                 " --zero %d, --dp-overlap %d%s\n",
                 a.has("--measured") ? ("as measured here (timed on " + count_of(s.timed_together, "core") + (s.timed_together > 1 ? " at once, as the run's ranks compute" : "") +
-                                       "), the layers in a step's order, and the passes over the parameters").c_str()
+                                       "), the layers in a step's order" + slowest_said(s.copy_s) + ", and the passes over the parameters").c_str()
                                     : ("at " + a.str("--flops", "1e11") + " FLOP/s a device, BI = BW = F").c_str(),
                 s.within.latency * 1e6, s.within.bandwidth / 1e9, s.across.latency * 1e6, s.across.bandwidth / 1e9,
                 count_of(s.per_node, "rank").c_str(), count_of((s.P * s.D + s.per_node - 1) / s.per_node, "node").c_str(), s.zero,

@@ -101,7 +101,7 @@ EOF
   echo "here in a step's order and the passes over the parameters at rates timed here, both on the two cores"
   echo "at once (the two ranks share this machine's caches and memory, in two namespaces or not), each rank"
   echo "on its own node for the links, L the link \`pipetrain bench-link\` measured between the two ranks"
-  echo "(latency µs, bandwidth GB/s)."
+  echo "(latency µs, bandwidth GB/s); the layers as the slower core timed them (the ranks wait for each other)."
   echo "Measured: \`pipetrain train FLAGS --inputs F\` (\`small\` with its 8,000 words, F one fixed batch of"
   echo "16 × 128 from \`scripts/bench_cpu_peer.py inputs\`, dropout 0, \`PIPETRAIN_LEND=0\`: no rank runs"
   echo "another's kernels while it waits, as on nodes of their own), $steps steady steps; across the two network"

@@ -33,13 +33,13 @@
 // Not modelled: the passes without --measured, the norm's all-reduce (a float64 a tensor), the tied
 // copies' check (a hash of each), kernel launches, transfers that share a link and slow each other.
 #include <algorithm>
-#include <numeric>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>

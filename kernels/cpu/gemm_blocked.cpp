@@ -484,8 +484,7 @@ void block(const Kernel& kn, float* C, const float* A, const float* Bp, const fl
                 }
                 if (!in_c || whole) {
                     run(t, ldt, nullptr);
-                } else {
-                    for (int i = 0; i < rows && p0 > 0; i++) std::memcpy(edge + i * NR, t + (size_t)i * ldt, cols * 4);
+                } else {   // in C, whole in one slice: the tile starts from zeros, nothing to copy in
                     run(edge, NR, nullptr);
                     for (int i = 0; i < rows; i++) std::memcpy(t + (size_t)i * ldt, edge + i * NR, cols * 4);
                 }

@@ -356,6 +356,9 @@ std::atomic<GemmKernel>& chosen() {
 // B strips once. Xeon (2 MiB L2), bench-gemm against the build before, 3 rounds alternated: 2
 // threads +0-6% at 9 of the 10 `small` shapes (256x1024x2048 tn 0.93 -> 0.99 of OpenBLAS), 1 thread
 // within ±2%. Not measured on a 512 KiB L2 (the EPYC), where the block still fits.
+// KC 256 rather than 192 (a B strip of 24 KiB, leaving the L1 more room beside a strip of A): on the
+// family-26 EPYC (48 KiB L1), 3 rounds alternated, 192 ran the K = 256 shapes in two slices and
+// 2048 x 1024 x 256 nn and nt 6-12% slower on 2 threads (388 -> 351 GFLOP/s), the others level.
 constexpr int KC = 256, MC_MAX = 256, NCB_MAX = 512;
 constexpr int kInPlaceCols = 128;   // a block this narrow reads op(A) in place (see block)
 constexpr int kInPlaceRowsT = 256;   // and a (K, M) A with M this small, at any width
@@ -428,6 +431,11 @@ void pack_b(const Kernel& kn, float* Bp, const float* B, int N, int K, bool tran
 // alternated, 3 rounds: 1024^3 311-329 -> 359-377 GFLOP/s on 2 threads, 173-191 -> 190-198 on 1;
 // 256 x 256 x 2048 tn 337-356 -> 352-376 on 2; the other shapes with K > 256 within the noise (the
 // shapes with K <= 256, whose code is unchanged, moved by up to 8% either way in the same rounds).
+// Fetching ahead, measured and not kept (the family-26 EPYC; small's step on 2 threads level, 4-5
+// rounds alternated): each tile's lines of C fetched for writing when its last slice starts (a
+// harness writing 16 different Cs in turn, 2048 x 1024 x 256 nt on 2 threads: 310-324 -> 323-351
+// GFLOP/s, but not the step), and the next slice's A and the next strip's B fetched into L2 a few
+// lines per tile (operands cycled past the caches: within the noise).
 // Tiles cut by the edge of C run on a local MR x NR tile and copy back what is inside.
 // Bp: all of op(B), packed by pack_b; or null, and then each strip is packed here from B just
 // before its tiles use it (a block that alone uses its columns: see gemm).

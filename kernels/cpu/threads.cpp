@@ -9,7 +9,7 @@
 // What is left (small on 2 threads, the family-26 EPYC, counted in a local build): of ~450 jobs a
 // step ~40 find the worker asleep (a one-thread stretch of over 200 µs came before), each started
 // ~100 µs late: ~4 ms a step. In all the caller waits 8-19 ms a step for its worker after its own
-// piece; the rest is the worker's core running slower (which core is slower changes by the minute).
+// piece; the rest, as far as measured, the worker's core running slower (which one changes by the minute).
 // Below the pool, the lending of idle cores between pipeline ranks run as threads (Lender).
 #include "kernels/ops.hpp"
 #include "kernels/cpu/parallel.hpp"

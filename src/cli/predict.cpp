@@ -124,10 +124,9 @@ std::vector<R> at_once(int n, const std::function<R()>& time, int& together) {
 // predicted / measured 0.78-0.92 in the 10 rounds; with the slowest, 0.82-0.97 (both sums' rows),
 // the 2-stage pipelines 0.90-1.03 (0.92-0.99 before).
 LayerCosts slowest_costs(const std::vector<LayerCosts>& each, std::vector<double>& copy_s) {
-    auto total = [](const LayerCosts& c) { return std::accumulate(c.cost.begin(), c.cost.end(), 0.0); };
     copy_s.clear();
-    for (const LayerCosts& c : each) copy_s.push_back(total(c));
-    return *std::max_element(each.begin(), each.end(), [&](const LayerCosts& x, const LayerCosts& y) { return total(x) < total(y); });
+    for (const LayerCosts& c : each) copy_s.push_back(std::accumulate(c.cost.begin(), c.cost.end(), 0.0));
+    return each[size_t(std::max_element(copy_s.begin(), copy_s.end()) - copy_s.begin())];
 }
 
 // Per layer, one micro-batch: forward, BI, BW seconds and the weights' and the stash's bytes.

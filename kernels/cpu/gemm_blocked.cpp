@@ -359,6 +359,8 @@ std::atomic<GemmKernel>& chosen() {
 // KC 256 rather than 192 (a B strip of 24 KiB, leaving the L1 more room beside a strip of A): on the
 // family-26 EPYC (48 KiB L1), 3 rounds alternated, 192 ran the K = 256 shapes in two slices and
 // 2048 x 1024 x 256 nn and nt 6-12% slower on 2 threads (388 -> 351 GFLOP/s), the rest level or up to 5% slower.
+// NCB_MAX 512 rather than 256: with 256 (N = 1024 in four blocks of columns, not two) 256 x 1024 x 2048 tn,
+// 2048 x 1024 x 256 nn and nt and 1024^3 ran level on 2 threads (the family-26 EPYC, 3 rounds alternated).
 constexpr int KC = 256, MC_MAX = 256, NCB_MAX = 512;
 constexpr int kInPlaceCols = 128;   // a block this narrow reads op(A) in place (see block)
 constexpr int kInPlaceRowsT = 256;   // and a (K, M) A with M this small, at any width

@@ -686,6 +686,9 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data " + kSample + " --batch 6 --micro-batches 4", "--batch: 6 is not divisible by --dp × --micro-batches = 4"},
         {"train --preset tiny --data " + kSample + " --batch 6 --dp 2 --micro-batches 2", "--batch: 6 is not divisible by --dp × --micro-batches = 4"},
         {"train --model " + kErnie + "/hf --inputs " + kErnie + "/inputs.safetensors --batch 999", "--batch: the --inputs file holds "},
+        // --seq against the file's length was ignored: the run went at the file's, saying nothing
+        {"train --model " + kErnie + "/hf --inputs " + kErnie + "/inputs.safetensors --seq 8", "--seq: the --inputs file holds sequences of 16 tokens"},
+        {"eval --model " + kErnie + "/hf --inputs " + kErnie + "/inputs.safetensors --seq 8", "--seq: the --inputs file holds sequences of 16 tokens"},
         {"tokenize --vocab " + fixture("tokenizer/vocab_no_unk.txt") + " x", "pipetrain tokenize: " + fixture("tokenizer/vocab_no_unk.txt")},
         {"tokenize --vocab " + fixture("tokenizer/vocab.txt") + " --file /dev/null", "/dev/null"},   // it exited 2, unlike the others
         {"vocab --data /no/such/corpus.txt --out " + out + "/v.txt", "pipetrain vocab: /no/such/corpus.txt"},

@@ -94,6 +94,8 @@ void load_data(const Args& a, bool classify, const Tokenizer* tok, Setup& s) {
     } else {
         s.fixed = load_inputs(a.str("--inputs"), s.objective);
         if (s.fixed.num_targets() == 0) throw std::runtime_error(a.str("--inputs") + ": no target (every label is -100)");
+        if (a.has("--seq") && a.integer("--seq", 0) != s.fixed.T)   // the file's length is the run's: say so, not ignore it
+            throw std::runtime_error("--seq: the --inputs file holds sequences of " + std::to_string(s.fixed.T) + " tokens");
         s.T = s.fixed.T;
         s.eval = {s.fixed};
     }

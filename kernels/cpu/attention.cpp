@@ -42,9 +42,9 @@ void keep_row(float* z, float p, float s, const DropoutKey& key, int64_t bh, int
     for (int j = 0; j < T; j++) z[j] = z[j] >= p ? s : 0.0f;
 }
 
-inline bool visible(const int32_t* mask, bool causal, int b, int i, int j, int T) {
-    return (!mask || mask[b * T + j] != 0) && (!causal || j <= i);
-}
+// keys: the batch row's attention mask (T), never null (a row of ones where there is no mask), so
+// a loop over j loads it as a vector; `!mask || mask[b * T + j]` there was a gather of 16 loads.
+inline bool visible(const int32_t* keys, bool causal, int i, int j) { return keys[j] != 0 && (!causal || j <= i); }
 
 // Rows t = 0..T-1 of one head (HS channels, C apart in x) into a dense (T, HS) matrix, and back
 // (adding: the backward's outputs accumulate).
@@ -58,11 +58,11 @@ void add_head(float* x, const float* xh, int T, int HS, int C) {
 // Rows i0 .. i0 + R of the scores S (R, T) into probabilities in place: exactly 0 at masked keys, else
 // exp(score * scale - max) / sum, the R sums at once (chain_sums); lse[r] = max + log(sum), or -inf.
 template <int R>
-void softmax_rows(float* lse, float* s, const int32_t* mask, bool causal, int b, int i0, int T, float scale) {
+void softmax_rows(float* lse, float* s, const int32_t* keys, bool causal, int i0, int T, float scale) {
     float sum[R];
     for (int r = 0; r < R; r++) {
         float* row = s + (size_t)r * T;   // (T)
-        for (int j = 0; j < T; j++) row[j] = visible(mask, causal, b, i0 + r, j, T) ? row[j] * scale : -INFINITY;
+        for (int j = 0; j < T; j++) row[j] = visible(keys, causal, i0 + r, j) ? row[j] * scale : -INFINITY;
         const float maxv = lse[r] = max32(row, T);   // -inf: every key masked, no attention
         for (int j = 0; j < T; j++) row[j] = row[j] == -INFINITY ? 0.0f : exp32(row[j] - maxv);   // vectorises
     }
@@ -84,6 +84,7 @@ void forward(float* out, float* att, float* lse,
     const int C = NH * HS;
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const std::vector<int32_t> all(T, 1);   // (T): every key visible
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
         std::vector<float> qh((size_t)T * HS), kh((size_t)T * HS), vh((size_t)T * HS), oh((size_t)T * HS);
         std::vector<float> S((size_t)T * T), W((size_t)T * T), z(T), l(T);   // (T, T), (T, T), (T), (T): l is v1's lse (not kept)
@@ -96,7 +97,8 @@ void forward(float* out, float* att, float* lse,
             float* P = att ? att + (size_t)bh * T * T : S.data();
             gemm(P, qh.data(), kh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);
             float* L = lse ? lse + bh * T : l.data();   // (T)
-            by_groups<8>(0, T, [&](auto R, int i0) { softmax_rows<R()>(L + i0, P + (size_t)i0 * T, mask, causal, b, i0, T, scale); });
+            const int32_t* keys = mask ? mask + (size_t)b * T : all.data();   // (T)
+            by_groups<8>(0, T, [&](auto R, int i0) { softmax_rows<R()>(L + i0, P + (size_t)i0 * T, keys, causal, i0, T, scale); });
             for (int i = 0; i < T; i++) {
                 const float* row = P + (size_t)i * T;
                 keep_row(z.data(), p, s, key, bh, i, T);
@@ -110,10 +112,8 @@ void forward(float* out, float* att, float* lse,
 
 }  // namespace
 
-void attention_forward(float* out, float* att,
-                       const float* q, const float* k, const float* v, const int32_t* mask,
-                       bool causal, float p, const DropoutKey& key,
-                       int B, int T, int NH, int HS) {
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, const int32_t* mask,
+                       bool causal, float p, const DropoutKey& key, int B, int T, int NH, int HS) {
     forward(out, att, nullptr, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 
@@ -169,10 +169,8 @@ void attention_backward(float* dq, float* dk, float* dv,
     });
 }
 
-void attention_forward_flash(float* out, float* lse,
-                             const float* q, const float* k, const float* v, const int32_t* mask,
-                             bool causal, float p, const DropoutKey& key,
-                             int B, int T, int NH, int HS) {
+void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* mask,
+                             bool causal, float p, const DropoutKey& key, int B, int T, int NH, int HS) {
     forward(out, nullptr, lse, q, k, v, mask, causal, p, key, B, T, NH, HS);
 }
 
@@ -191,6 +189,7 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
     const int C = NH * HS;
     const float scale = 1.0f / std::sqrt((float)HS);
     const float s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const std::vector<int32_t> all(T, 1);   // (T): every key visible
     parallel_for((int64_t)B * NH, 1, [&](int64_t bh0, int64_t bh1) {
         const size_t th = (size_t)T * HS, tt = (size_t)T * T;
         std::vector<float> qh(th), kh(th), vh(th), doh(th), grad(th);   // (T, HS) each
@@ -204,6 +203,7 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
             gather_head(doh.data(), dout + base, T, HS, C);
             gemm(P.data(), qh.data(), kh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);    // S
             gemm(dS.data(), doh.data(), vh.data(), nullptr, T, T, HS, false, true, 1.0f, 0.0f);  // dO V^T
+            const int32_t* keys = mask ? mask + (size_t)b * T : all.data();   // (T)
             for (int i = 0; i < T; i++) {
                 const float lse_i = lse[bh * T + i];   // -inf: the query sees no key, so its row is 0
                 // D_i = sum_j P_ij dP_ij = do_i . out_i, since out already carries the dropped weights.
@@ -211,7 +211,7 @@ void attention_backward_flash(float* dq, float* dk, float* dv,
                 keep_row(z.data(), p, s, key, bh, i, T);
                 float *Pi = &P[(size_t)i * T], *Wi = &W[(size_t)i * T], *dSi = &dS[(size_t)i * T];
                 for (int j = 0; j < T; j++) {
-                    const bool on = visible(mask, causal, b, i, j, T) && lse_i != -INFINITY;
+                    const bool on = visible(keys, causal, i, j) && lse_i != -INFINITY;
                     Pi[j] = on ? exp32(Pi[j] * scale - lse_i) : 0.0f;
                     Wi[j] = Pi[j] * z[j];
                     dSi[j] = Pi[j] * (z[j] * dSi[j] - D_i) * scale;

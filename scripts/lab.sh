@@ -259,14 +259,24 @@ cmd_grade() {
 }
 
 # ---- the teacher's class copy ------------------------------------------------------------------
+# A git checkout gives what git tracks; anything else (an unpacked release, a copy) every file but
+# builds, runs and answers. A checkout only where this tree is its repository's top: a release
+# unpacked inside another repository (a course's) would otherwise get that repository's list of
+# this folder, empty where it is untracked, and the copy failed without a word.
+copy_without_answers() {   # DEST
+  if [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
+    (cd "$root" && git ls-files -z | grep -z -v '^labs/solutions/' | tar --null -T - -cf -) | tar -xf - -C "$1"
+  else
+    tar -cf - -C "$root" --exclude='./build*' --exclude=./.git --exclude=./runs --exclude=./labs/solutions . | tar -xf - -C "$1"
+  fi
+}
 cmd_class_copy() {
   [ $# -eq 1 ] || die "usage: scripts/lab.sh class-copy DIR"
   [ ! -e "$1" ] || die "class-copy: $1 exists; name a new directory"
   mkdir -p "$1"
-  if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then   # what git tracks
-    (cd "$root" && git ls-files -z | grep -z -v '^labs/solutions/' | tar --null -T - -cf -) | tar -xf - -C "$1"
-  else   # an unpacked release or a copy: every file but builds, runs and answers
-    tar -cf - -C "$root" --exclude='./build*' --exclude=./.git --exclude=./runs --exclude=./labs/solutions . | tar -xf - -C "$1"
+  if ! copy_without_answers "$1" || [ ! -f "$1/scripts/lab.sh" ]; then
+    rm -rf "$1"
+    die "class-copy: copying $root to $1 failed (nothing is left in $1)"
   fi
   echo "wrote $1: this checkout's files without labs/solutions/ ($(cd "$1" && find . -type f | wc -l) files)"
 }

@@ -28,6 +28,11 @@ set -euo pipefail
 root=$(cd -P "$(dirname "$0")/.." && pwd -P)
 
 die() { echo "lab.sh: $*" >&2; exit 2; }
+# Whether this tree is a git checkout of its own (its repository's top). A release unpacked inside
+# another repository (a course's) is not, though git answers there for that repository: its list
+# of this folder (empty where untracked), its commit.
+is_checkout() { [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; }
+commit() { { is_checkout && git -C "$root" rev-parse --short HEAD; } || echo unknown; }
 
 # labs/NN_topic for NN (01, 1 and 4 work too).
 lab_dir() {
@@ -128,7 +133,7 @@ cmd_submit() {
     echo "{"
     echo "  \"student\": \"$name\","
     echo "  \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
-    echo "  \"pipetrain\": \"$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)\","
+    echo "  \"pipetrain\": \"$(commit)\","
     echo "  \"machine\": {\"os\": \"$(uname -srm)\", \"cores\": $(nproc), \"compiler\": \"$(c++ --version 2>/dev/null | head -1 | tr -d '"\\')\"},"
     echo "  \"labs\": ["
     echo "$results"
@@ -184,12 +189,7 @@ cmd_grade() {
   chosen=$(chosen_labs "$labs")
   # A fresh copy of the checkout (what git tracks, or every file but builds), without answers.
   rm -rf "$tree" "$pristine" && mkdir -p "$tree"
-  if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
-    (cd "$root" && git ls-files -z | tar --null -T - -cf -) | tar -xf - -C "$tree"
-  else
-    tar -cf - -C "$root" --exclude='./build*' --exclude=./.git . | tar -xf - -C "$tree"
-  fi
-  rm -rf "$tree/labs/solutions"
+  copy_without_answers "$tree" || die "grade: copying $root to $tree failed"
   cp -r "$tree/labs" "$pristine"
   echo "grading ${#tarballs[@]} submissions in $work (the library is built once)"
   export LAB_CMAKE_ARGS="-DPIPETRAIN_CUDA=OFF"   # the labs need no GPU; nvcc would only cost time
@@ -205,7 +205,7 @@ cmd_grade() {
   {
     echo "# Grades"
     echo
-    echo "$(date -u +%Y-%m-%d), pipetrain $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown); labs:" \
+    echo "$(date -u +%Y-%m-%d), pipetrain $(commit); labs:" \
          "$(for d in $chosen; do printf '%s ' "$(lab_nn "$d")"; done)"
     echo "Every check was re-run here on the submitted files; no results.json was read."
     echo
@@ -259,12 +259,10 @@ cmd_grade() {
 }
 
 # ---- the teacher's class copy ------------------------------------------------------------------
-# A git checkout gives what git tracks; anything else (an unpacked release, a copy) every file but
-# builds, runs and answers. A checkout only where this tree is its repository's top: a release
-# unpacked inside another repository (a course's) would otherwise get that repository's list of
-# this folder, empty where it is untracked, and the copy failed without a word.
+# This tree without labs/solutions/: of a checkout what git tracks; of anything else (an unpacked
+# release, a copy) every file but builds, runs and answers.
 copy_without_answers() {   # DEST
-  if [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
+  if is_checkout; then
     (cd "$root" && git ls-files -z | grep -z -v '^labs/solutions/' | tar --null -T - -cf -) | tar -xf - -C "$1"
   else
     tar -cf - -C "$root" --exclude='./build*' --exclude=./.git --exclude=./runs --exclude=./labs/solutions . | tar -xf - -C "$1"
@@ -389,7 +387,7 @@ cmd_kit() {
   out=$(mktemp); trap "rm -f '$out'" EXIT
   # 1. The starter, as committed, fails every task with "not implemented".
   local edited=""
-  if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
+  if is_checkout; then
     for f in $(student_files "$dir"); do
       git -C "$root" diff --quiet HEAD -- "labs/$(basename "$dir")/$f" 2>/dev/null || edited+=" $f"
     done

@@ -187,7 +187,7 @@ cmd_grade() {
   local work=$out/work tree build pristine chosen dir nn
   tree=$work/tree; build=$work/build; pristine=$work/starters
   chosen=$(chosen_labs "$labs")
-  # A fresh copy of the checkout (what git tracks, or every file but builds), without answers.
+  # A fresh copy of this tree without the answers (copy_without_answers, below).
   rm -rf "$tree" "$pristine" && mkdir -p "$tree"
   copy_without_answers "$tree" || die "grade: copying $root to $tree failed"
   cp -r "$tree/labs" "$pristine"

@@ -6,7 +6,7 @@
 #      torch.mm), GFLOP/s at 1024^3 and at every GEMM shape of the `small` step, 1 and 2 threads;
 #   2. the train step: pipetrain train against scripts/bench_cpu_peer.py (plain PyTorch, the same
 #      shapes, AdamW), tok/s over the steady steps and peak resident memory;
-#   3. where pipetrain's step spends its time (PIPETRAIN_PROFILE=1);
+#   3. where pipetrain's steady step spends its time (PIPETRAIN_PROFILE=1, a long run less a short one);
 #   4. how far the two `small` ratios could go: with every op but the GEMM free (1 thread), and with
 #      2 threads exactly twice 1 (bounds computed from 2 and 3, not measured).
 # The peer needs Debian's python3-torch (and OpenBLAS: libopenblas0-pthread, without which torch
@@ -190,26 +190,42 @@ printf '\n%s\n%s\n%s' "$step_head" "$step_rule" "$step_rows"
 echo "small: 2-stage pipeline against pipetrain's own --threads 2: $pipe_vs_threads"
 
 # ---- 3. where the step's time goes ---------------------------------------------------------------
-PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
-  --steps $((steps + 2)) --out "$tmp/out" --threads 1 >"$tmp/prof"
-profile=$(awk '/^op profile/ { on = 1; print; next } on && /^op / { print "| op | seconds | calls | share | GFLOP | GFLOP/s |"; print "|---|---:|---:|---:|---:|---:|"; next }
-               on && (NF == 4 || NF == 6) { printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }' "$tmp/prof")
+# Each op's time in a steady step: a run of steps + 2 less a run of 2, over the steps between. Both
+# end in the same evaluation, and the start-up (first touch of the buffers, whose first writer pays
+# the page faults; the weights' first packing) falls in both: a whole run's profile had put
+# gelu_forward at 3.3% of the op time, 1.3% of a steady step's.
+prof_run() {   # $1 steps, $2 the log
+  PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
+    --steps "$1" --out "$tmp/out" --overwrite --threads 1 >"$2"
+}
+prof_run $((steps + 2)) "$tmp/prof"
+prof_run 2 "$tmp/prof2"
+# op, ms a step, calls a step, share, GFLOP a step, GFLOP/s (rows by time), then "total MS"
+steady_ops() {
+  awk -v n="$steps" 'FNR == 1 { f++ } /^op profile/ { on = 1; next } !on || $1 == "op" || (NF != 4 && NF != 6) || $4 !~ /%$/ { next }
+    { s[f, $1] = $2; c[f, $1] = $3; g[f, $1] = (NF == 6 ? $5 : 0); op[$1] = 1 }
+    END { for (o in op) { t = (s[1, o] - s[2, o]) / n; if (t <= 0) continue; total += t
+            printf "%s %.3f %.1f %.4f\n", o, 1e3 * t, (c[1, o] - c[2, o]) / n, (g[1, o] - g[2, o]) / n }
+          printf "total %.3f\n", 1e3 * total }' "$tmp/prof" "$tmp/prof2" | sort -k2 -g -r
+}
+ops_ms=$(steady_ops)
+total_ms=$(awk '$1 == "total" { print $2 }' <<<"$ops_ms")
+profile="| op | ms a step | calls a step | share | GFLOP a step | GFLOP/s |"$'\n'"|---|---:|---:|---:|---:|---:|"$'\n'
+profile+=$(awk -v T="$total_ms" '$1 != "total" { printf "| %s | %.2f | %.1f | %.1f%% | %s | %s |\n", $1, $2, $3, 100 * $2 / T,
+  ($4 > 0 ? sprintf("%.3f", $4) : ""), ($4 > 0 ? sprintf("%.1f", $4 / $2 * 1e3) : "") }' <<<"$ops_ms")
+profile+=$'\n'"| all ops | $(printf '%.2f' "$total_ms") | | 100% | | |"
 echo "$profile"
-# A step's products (the GEMMs' and the attention's flops, as the profile counts them): this run's
-# less those of a 2-step run, over the steps between (the final evaluation's cancel out).
-PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
-  --steps 2 --out "$tmp/out" --overwrite --threads 1 >"$tmp/prof2"
-products() { awk '/^op profile/ { on = 1 } on && NF == 6 && $1 != "op" { g += $5 } END { printf "%.4f", g }' "$1"; }
-step_gflop=$(awk -v a="$(products "$tmp/prof")" -v b="$(products "$tmp/prof2")" -v n="$steps" 'BEGIN { printf "%.2f", (a - b) / n }')
+# A step's products (the GEMMs' and the attention's flops, as the profile counts them).
+step_gflop=$(awk '$1 != "total" { g += $4 } END { printf "%.2f", g }' <<<"$ops_ms")
 
 # ---- 4. how far the two `small` ratios could go, from the numbers above ------------------------------
 # 1 thread: the GEMMs' share of the op time (the profile); were every other op free and the GEMMs as
 # fast as now, the step would be that share of its time. 2 threads: were pipetrain's 2-thread step
 # exactly twice its 1-thread one. Bounds for reading the ratios against, not measurements.
-gemm_share=$(awk '$1 == "gemm" { sub("%", "", $4); print $4 }' "$tmp/prof")
+gemm_share=$(awk -v T="$total_ms" '$1 == "gemm" { printf "%.1f", 100 * $2 / T }' <<<"$ops_ms")
 p1=${pt_best[small, 1 thread]}; p2=${pt_best[small, 2 threads]}
 t1=${torch_best[small on 1]:-}; t2=${torch_best[small on 2]:-}
-ceilings="- small, 1 thread: the GEMMs are ${gemm_share:-?}% of pipetrain's op time; were every other op free (the GEMMs as fast as now), pipetrain would"
+ceilings="- small, 1 thread: the GEMMs are ${gemm_share:-?}% of a steady step's op time; were every other op free (the GEMMs as fast as now), pipetrain would"
 gemm_only=$(awk -v p="$p1" -v s="${gemm_share:-0}" 'BEGIN { if (s > 0) printf "%.0f", p * 100 / s; else printf "-" }')
 ceilings+=" run $gemm_only tok/s, $(ratio "$gemm_only" "$t1")× the peer's best."$'\n'
 ceilings+="- small, 2 threads: pipetrain's 2 threads run $(ratio "$p2" "$p1")× its 1 thread; were they exactly 2×"
@@ -267,8 +283,9 @@ echo "$ceilings"
   echo
   echo "## Where pipetrain's step spends its time"
   echo
-  echo "small, 1 thread, $((steps + 2)) steps and the final evaluation, PIPETRAIN_PROFILE=1; the wall time also"
-  echo "holds start-up (model init, first touch of memory) and everything outside the ops."
+  echo "small, 1 thread, PIPETRAIN_PROFILE=1: a run of $((steps + 2)) steps less a run of 2, over the $steps steps between,"
+  echo "so each op's time in a steady step (the start-up, which first touches every buffer, and the final evaluation"
+  echo "fall in both runs). The ops only: a step's wall time also holds what runs between them."
   echo
   echo "$profile"
 } >"$table"

@@ -99,12 +99,12 @@ void forward(float* out, float* att, float* lse,
             float* L = lse ? lse + bh * T : l.data();   // (T)
             const int32_t* keys = mask ? mask + (size_t)b * T : all.data();   // (T)
             by_groups<8>(0, T, [&](auto R, int i0) { softmax_rows<R()>(L + i0, P + (size_t)i0 * T, keys, causal, i0, T, scale); });
-            for (int i = 0; i < T; i++) {
+            for (int i = 0; i < T && p > 0.0f; i++) {   // W = P where nothing is dropped
                 const float* row = P + (size_t)i * T;
                 keep_row(z.data(), p, s, key, bh, i, T);
                 for (int j = 0; j < T; j++) W[(size_t)i * T + j] = row[j] * z[j];
             }
-            gemm(oh.data(), W.data(), vh.data(), nullptr, T, HS, T, false, false, 1.0f, 0.0f);
+            gemm(oh.data(), p > 0.0f ? W.data() : P, vh.data(), nullptr, T, HS, T, false, false, 1.0f, 0.0f);
             for (int t = 0; t < T; t++) std::copy(&oh[(size_t)t * HS], &oh[(size_t)t * HS] + HS, out + base + (size_t)t * C);
         }
     });

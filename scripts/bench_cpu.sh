@@ -193,7 +193,7 @@ echo "small: 2-stage pipeline against pipetrain's own --threads 2: $pipe_vs_thre
 # Each op's time in a steady step: a run of steps + 2 less a run of 2, over the steps between. Both
 # end in the same evaluation, and the start-up (first touch of the buffers, whose first writer pays
 # the page faults; the weights' first packing) falls in both: a whole run's profile had put
-# gelu_forward at 3.3% of the op time, 1.3% of a steady step's.
+# gelu_forward at 3.3% of the op time, 1.1-1.4% of a steady step's.
 prof_run() {   # $1 steps, $2 the log
   PIPETRAIN_PROFILE=1 $pt train --preset small --inputs "$tmp/inputs-small.safetensors" --batch 16 --seq 128 --dropout 0 \
     --steps "$1" --out "$tmp/out" --overwrite --threads 1 >"$2"

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -260,4 +262,34 @@ TEST_CASE("messages escape what is not UTF-8, and control characters") {
     CHECK(r.out.find("m\\xff\\x1b[31m") != std::string::npos);
     CHECK(r.out.find('\x1b') == std::string::npos);
     CHECK(r.out.find('\xff') == std::string::npos);
+    // A flag's value, a TEXT and a command name quoted in the message: escaped too, one line.
+    for (const std::string& args : {std::string("fill-mask --model ") + dir + " --top $'2\\n\\x1b'  床前明[MASK]光",
+                                    std::string("tokenize --vocab $'v\\x01\\nx' 床"), std::string("$'ev\\nal' x"),
+                                    std::string("train --preset tiny --data ") + kSample + " --schedule $'g\\tpipe' --out " + dir + "/o"}) {
+        Run q = test::run_command("bash -c \"timeout 30 " + std::string(PT_CLI) + " " + args + "\"");
+        CAPTURE(args);
+        INFO(q.out);
+        CHECK(q.code != 0);
+        CHECK(q.out.find_first_of("\x1b\x01\t") == std::string::npos);
+        CHECK(std::count(q.out.begin(), q.out.end(), '\n') == 1);
+    }
+}
+
+TEST_CASE("an output that is a FIFO or a device is refused, never replaced nor waited on") {
+    const std::string run = trained("special-out");
+    const std::string fifo = run + "/out.fifo";
+    mkfifo_at(fifo);
+    auto still_fifo = [&] {
+        struct stat st;
+        return ::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+    };
+    refused(cli("eval --model " + run + " --data " + kSample + " --seq 16 --dump-logits " + fifo), "--dump-logits: " + fifo + ": not a regular file");
+    refused(cli("vocab --data " + kSample + " --size 50 --out " + fifo), fifo + ": not a regular file");
+    refused(cli(kTrain + "--out " + run + "/t --trace " + fifo), "--trace: " + fifo + ": not a regular file");
+    CHECK(still_fifo());
+    // The writers themselves: the rename would replace the node (as root, /dev/null with a file).
+    CHECK(test::error_of([&] { pt::write_file_atomic(fifo, "x"); }).find(fifo + ": not a regular file") == 0);
+    CHECK(test::error_of([&] { std::fclose(pt::open_output(fifo, false)); }).find(fifo + ": not a regular file") == 0);
+    CHECK(still_fifo());
+    CHECK(!fs::exists(fifo + ".tmp." + std::to_string(::getpid())));
 }

@@ -13,6 +13,7 @@
 #include "src/cli/args.hpp"
 #include "src/cli/commands.hpp"
 #include "src/formats/checkpoint.hpp"
+#include "src/formats/io.hpp"
 #include "src/formats/lifecycle.hpp"
 #include "src/formats/tokenizer.hpp"
 #include "src/device.hpp"
@@ -125,7 +126,7 @@ int run(const std::string& cmd, const std::vector<std::string>& args, const char
         names.push_back(name);
     }
     std::string nearest = pt::nearest_name(cmd, names);
-    std::fprintf(stderr, "pipetrain: unknown command \"%s\"%s (pipetrain --help lists them)\n", cmd.c_str(),
+    std::fprintf(stderr, "pipetrain: unknown command \"%s\"%s (pipetrain --help lists them)\n", pt::printable(cmd).c_str(),
                  nearest.empty() ? "" : ("; did you mean " + nearest + "?").c_str());
     return 2;
 }
@@ -149,7 +150,7 @@ void print_op_profile(double wall) {
 int stdout_written(const std::string& cmd, int rc) {
     errno = 0;
     if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
-    std::fprintf(stderr, "pipetrain %s: cannot write to stdout%s%s\n", cmd.c_str(), errno ? ": " : "", errno ? std::strerror(errno) : "");
+    std::fprintf(stderr, "pipetrain %s: cannot write to stdout%s%s\n", pt::printable(cmd).c_str(), errno ? ": " : "", errno ? std::strerror(errno) : "");
     return rc ? rc : 1;
 }
 
@@ -187,7 +188,8 @@ int main(int argc, char** argv) {
         std::string why = e.what();
         if (why.size() >= 14 && why.compare(why.size() - 14, 14, "std::bad_alloc") == 0)
             why += ": out of memory (a smaller --batch or --seq, or more --micro-batches, needs less)";
-        std::fprintf(stderr, "pipetrain %s: %s\n", cmd.c_str(), why.c_str());
+        // printable: a flag's value or a TEXT quoted in the message may hold control characters
+        std::fprintf(stderr, "pipetrain %s: %s\n", pt::printable(cmd).c_str(), pt::printable(why).c_str());
         return 1;
     }
 }

@@ -131,7 +131,14 @@ void check_inside(const std::string& dir, const std::string& name) {
                    " (a file its index or manifest names must be inside it)");
 }
 
+void refuse_special_output(const std::string& path) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode) && !S_ISDIR(st.st_mode))
+        fail(path, "not a regular file (a FIFO, a device or a socket): an output is written as a new file and renamed into place");
+}
+
 std::FILE* open_output(const std::string& path, bool append) {
+    refuse_special_output(path);   // a FIFO would block the open; a device would be written, or replaced
     struct stat st;
     if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && ::unlink(path.c_str()) != 0)
         fail(path, "cannot remove the symbolic link there", errno);
@@ -179,6 +186,11 @@ void check_output_path(const std::string& path, const std::string& flag) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::is_directory(path, ec)) throw std::runtime_error(flag + ": " + path + " is a directory, expected a file path");
+    try {
+        refuse_special_output(path);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(flag + ": " + e.what());
+    }
     fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))
         throw std::runtime_error(flag + ": " + path + ": the directory " + parent.string() + " does not exist");
@@ -204,6 +216,7 @@ void check_writable_dir(const std::string& dir, const std::string& flag) {
 }
 
 void write_chunks_atomic(const std::string& path, const std::vector<Chunk>& chunks) {
+    refuse_special_output(path);   // the rename would replace the node itself (as root: /dev/null)
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
     auto fail_io = [&](const std::string& what, int err) {
         ::unlink(tmp.c_str());

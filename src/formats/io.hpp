@@ -37,6 +37,10 @@ void check_writable_dir(const std::string& dir, const std::string& flag);   // m
 // nowhere, so that no loader reads, or prints a byte of, a file that is not the directory's.
 // One exception: Hugging Face's cache, whose snapshots/REV/NAME links point at ../../blobs/.
 void check_inside(const std::string& dir, const std::string& name);
+// fail(path, "not a regular file ...") where path is a FIFO, a device or a socket: outputs are new
+// files renamed into place (the rename would replace the node: as root, /dev/null) or opened with
+// O_TRUNC (a FIFO blocks). A symbolic link there is replaced, never followed; a directory is the caller's.
+void refuse_special_output(const std::string& path);
 // Opens path for writing (appending, or truncated), creating it: a symbolic link planted there is
 // never followed (it is removed first, and O_NOFOLLOW refuses one put back in between).
 std::FILE* open_output(const std::string& path, bool append);

@@ -778,9 +778,30 @@ TEST_CASE("--out holding a model or checkpoints is refused unless --overwrite; -
     Run resumed = run_cli("train --resume " + out + "/checkpoint-1 --data " + kSample + " --out " + out);
     CHECK_MESSAGE(resumed.code == 0, resumed.out);
     CHECK(model_difference(out + "/model.safetensors", model) == "");   // the same run, continued: the same bits
-    Run replaced = run_cli(flags + " --seed 7 --overwrite");
+    // --trace or --dump-grads on a file the run writes in OUT: it replaced the saved model after the
+    // save (inspect then refused it), exit 0; one file for both lost the gradients.
+    for (const auto& [side, message] : std::vector<std::pair<std::string, std::string>>{
+             {" --trace " + out + "/model.safetensors", "--trace: " + out + "/model.safetensors is where this run writes its model.safetensors in --out"},
+             {" --dump-grads " + out + "/checkpoint-2/g", "--dump-grads: " + out + "/checkpoint-2/g is where this run writes its checkpoint-2 in --out"},
+             {" --trace " + out + "/metrics.jsonl", "is where this run writes its metrics.jsonl"},
+             {" --trace " + out + "/t.json --dump-grads " + out + "/./t.json", "--dump-grads: " + out + "/./t.json is also --trace"}}) {
+        Run r = run_cli(flags + " --seed 7 --overwrite" + side);
+        CAPTURE(side);
+        CHECK(r.code == 1);
+        CHECK_MESSAGE(r.out.find(message) != std::string::npos, r.out);
+        CHECK(model_difference(out + "/model.safetensors", model) == "");   // refused before anything was written
+    }
+    // --overwrite replaces the earlier run whole: its checkpoints went on standing beside the new
+    // model (a later --resume OUT/checkpoint-2 continued the other run).
+    std::ofstream(out + "/notes.txt") << "mine\n";   // not a name runs write: kept
+    Run replaced = run_cli(flags + " --seed 7 --overwrite --steps 1 --trace " + out + "/timeline.json");
     CHECK_MESSAGE(replaced.code == 0, replaced.out);
     CHECK(model_difference(out + "/model.safetensors", model) != "");
+    CHECK(!fs::exists(out + "/checkpoint-1"));
+    CHECK(!fs::exists(out + "/checkpoint-2"));
+    CHECK(fs::exists(out + "/notes.txt"));
+    CHECK(fs::exists(out + "/timeline.json"));
+    CHECK(run_cli("inspect " + out).code == 0);
     fs::remove_all(out), fs::remove_all(fs::path(model).parent_path());
 }
 

@@ -130,13 +130,67 @@ std::string shell_quoted(const std::string& word) {
     return q + "'";
 }
 
+// A name that a run writes at --out's top: the model (Hugging Face's files or PaddleNLP's), the
+// manifest that seals it, the metrics, the schedule and the checkpoints.
+bool written_by_runs(const std::string& name) {
+    auto ends_with = [&](const std::string& tail) {
+        return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    for (const char* file : {"config.json", "model_config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                             "special_tokens_map.json", "model.safetensors.index.json", kManifest, "metrics.jsonl", "schedule.json"})
+        if (name == file) return true;
+    return name.rfind("checkpoint-", 0) == 0 || (name.rfind("model", 0) == 0 && ends_with(".safetensors")) || ends_with(".pdparams");
+}
+
+// weakly_canonical alone leaves a relative path that does not exist yet relative ("a.json").
+std::filesystem::path canonical_path(const std::string& p) { return std::filesystem::weakly_canonical(std::filesystem::absolute(p)); }
+
+bool continues_in_out(const TrainRun& w, const Args& a) {   // --resume OUT/checkpoint-N
+    return a.has("--resume") && canonical_path(a.str("--resume")).parent_path() == canonical_path(w.out);
+}
+
+// --trace and --dump-grads are written at the end, after the model: one that names a file the run
+// writes in --out (its model, a checkpoint, the metrics) would replace it, or be replaced.
+void check_side_outputs(const TrainRun& w, const Args& a) {
+    namespace fs = std::filesystem;
+    const fs::path out = canonical_path(w.out);
+    const fs::path trace = a.has("--trace") ? canonical_path(a.str("--trace")) : fs::path();
+    for (const char* flag : {"--trace", "--dump-grads"}) {
+        if (!a.has(flag)) continue;
+        const fs::path rel = canonical_path(a.str(flag)).lexically_relative(out);
+        if (!rel.empty() && *rel.begin() != ".." && written_by_runs(rel.begin()->string()))
+            throw std::runtime_error(std::string(flag) + ": " + a.str(flag) + " is where this run writes its " +
+                                     rel.begin()->string() + " in --out: choose another file name");
+    }
+    if (a.has("--dump-grads") && canonical_path(a.str("--dump-grads")) == trace)
+        throw std::runtime_error("--dump-grads: " + a.str("--dump-grads") + " is also --trace: choose another file");
+}
+
+// --overwrite: what an earlier run left in --out goes first (the manifest last: until then a load is
+// refused, never a mix), so that no old checkpoint or shard stays beside the new run's.
+void clear_earlier_run(const TrainRun& w, const Args& a) {
+    namespace fs = std::filesystem;
+    if (!a.has("--overwrite") || continues_in_out(w, a)) return;
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(w.out, ec))
+        if (written_by_runs(e.path().filename().string())) names.push_back(e.path().filename().string());
+    std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n != kManifest; });
+    for (const std::string& name : names) {
+        const std::string path = w.out + "/" + name;
+        if (fs::is_directory(fs::symlink_status(path, ec))) trash(path);
+        else if (!fs::remove(path, ec) && ec) fail(path, "--overwrite: cannot remove it (" + ec.message() + ")");
+    }
+    if (!names.empty()) fsync_dir(w.out);
+}
+
 // An --out that holds another run's model or checkpoints would be silently replaced: refused unless
 // --overwrite says so, or the run continues one of those checkpoints (--resume OUT/checkpoint-N).
 void check_not_replacing(const TrainRun& w, const Args& a) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (a.has("--overwrite") || !fs::is_directory(w.out, ec)) return;
-    if (a.has("--resume") && fs::weakly_canonical(a.str("--resume")).parent_path() == fs::weakly_canonical(w.out)) return;
+    if (continues_in_out(w, a)) return;
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(w.out, ec)) {
         std::string name = e.path().filename().string();
@@ -363,6 +417,7 @@ OutDir::~OutDir() {
 OutDir prepare_out(TrainRun& w, Args& a) {
     for (const char* flag : {"--trace", "--dump-grads"})
         if (a.has(flag)) check_output_path(a.str(flag), flag);
+    check_side_outputs(w, a);
     for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
         if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");
     OutDir o;
@@ -378,6 +433,7 @@ OutDir prepare_out(TrainRun& w, Args& a) {
         throw std::runtime_error("--out: " + w.out + " is in use by another pipetrain run");
     check_not_replacing(w, a);
     recover_dir(w.out);   // what an interrupted run left: removed, or committed when it was sealed
+    clear_earlier_run(w, a);
     return o;
 }
 

@@ -57,6 +57,22 @@ TEST_CASE("save every 2 steps, resume from step 2: the same bits as 4 uninterrup
     CHECK(seed.out.find("--seed") != std::string::npos);
 }
 
+// A bf16 run's checkpoint records its dtype: a plain --resume continued it in fp32, other bits,
+// saying nothing.
+TEST_CASE("a bf16 checkpoint resumes in bf16, with the bits of the uninterrupted run; --dtype fp32 is refused") {
+    const std::string common = " --data " + fixture("text/sample_zh.txt") + " --batch 8 --seq 16 --seed 5 ";
+    std::string a = temp_dir("bf16_straight"), b = temp_dir("bf16_saved"), c = temp_dir("bf16_resumed");
+    REQUIRE(run_cli("train --preset tiny --steps 4 --dtype bf16" + common + "--out " + a).code == 0);
+    REQUIRE(run_cli("train --preset tiny --steps 4 --dtype bf16 --save-every 2" + common + "--out " + b).code == 0);
+    Run r = run_cli("train --data " + fixture("text/sample_zh.txt") + " --resume " + b + "/checkpoint-2 --out " + c);
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    CHECK(r.out.find("bf16") != std::string::npos);
+    CHECK(model_difference(c + "/model.safetensors", a + "/model.safetensors") == "");
+    Run fp32 = run_cli("train" + common + "--dtype fp32 --resume " + b + "/checkpoint-2 --out " + temp_dir("bf16_fp32"));
+    CHECK(fp32.code == 1);
+    CHECK(fp32.out.find("--dtype: the checkpoint " + b + "/checkpoint-2 was trained with \"bf16\", not \"fp32\"") != std::string::npos);
+}
+
 // Every micro-batch's gradient is summed in one tree over the global micro-batch index
 // (src/pairwise.hpp), so a checkpoint resumes at any other (stages, replicas) with the same
 // micro-batches in all, bitwise; --micro-batches defaults to the checkpoint's count over the new --dp.

@@ -58,7 +58,8 @@ void make_state_and_ranks(TrainRun& w, const Setup& s, Args& a, const nlohmann::
     w.state = {{"seed", s.seed}, {"batch", s.B}, {"seq", s.T}, {"objective", s.cfg.is_decoder ? "causal" : "mlm"},
                {"lr", w.lr}, {"warmup", w.warmup}, {"steps", w.steps}, {"clip", w.clip}, {"weight-decay", w.weight_decay},
                {"dropout", std::stod(std::to_string(s.cfg.hidden_dropout_prob))},   // 0.1, not 0.10000000149
-               {"micro-batches", w.M}, {"dp", w.D}};   // D × M: the micro-batches' size and dropout keys
+               {"micro-batches", w.M}, {"dp", w.D},   // D × M: the micro-batches' size and dropout keys
+               {"dtype", w.dtype}};   // bf16 rounds the weights' copies: an fp32 resume gives other bits
     if (a.has("--resume")) {
         namespace fs = std::filesystem;
         fs::path from = fs::weakly_canonical(a.str("--resume")), to = fs::weakly_canonical(w.out);

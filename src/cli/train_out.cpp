@@ -326,8 +326,8 @@ void check_resume_state(TrainRun& w, const std::string& dir, const nlohmann::jso
         throw std::runtime_error("--micro-batches: the checkpoint " + dir + " was trained with " + json_number(all) +
                                  " micro-batches in all (--dp × --micro-batches), not --dp " + std::to_string(w.D) +
                                  " × --micro-batches " + std::to_string(w.M) + ": their size and dropout masks would change");
-    for (const auto& [key, value] : w.state.items())
-        if (key != "dp" && key != "micro-batches" && (!saved.contains(key) || saved[key] != value))
+    for (const auto& [key, value] : w.state.items())   // "dtype": recorded since 2026-12-08, fp32 or bf16 before
+        if (key != "dp" && key != "micro-batches" && (key != "dtype" || saved.contains(key)) && (!saved.contains(key) || saved[key] != value))
             throw std::runtime_error("--" + key + ": the checkpoint " + dir + " was trained with " +
                                      (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", not " +
                                      value.dump() + ": omit --" + key + " to continue with the checkpoint's");

@@ -9,8 +9,8 @@
 
 namespace pt {
 
-const char* const kTrainerStateKeys[14] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps",
-                                           "clip", "weight-decay", "dropout", "micro-batches", "dp", "save-format"};
+const char* const kTrainerStateKeys[15] = {"step", "seed", "batch", "seq", "objective", "lr", "warmup", "steps",
+                                           "clip", "weight-decay", "dropout", "micro-batches", "dp", "save-format", "dtype"};
 
 nlohmann::json parse_trainer_state(const std::string& text, const std::string& path) {
     nlohmann::json saved = parse_json(text, path);
@@ -24,7 +24,7 @@ nlohmann::json parse_trainer_state(const std::string& text, const std::string& p
         auto is_key = [&](const char* k) { return key == k; };
         if (std::none_of(std::begin(kTrainerStateKeys), std::end(kTrainerStateKeys), is_key))
             fail(path, "unknown key \"" + key + "\" (a trainer state holds only " + known + ")");   // fail: one line, whatever the key holds
-        bool text_value = key == "objective" || key == "save-format";
+        bool text_value = key == "objective" || key == "save-format" || key == "dtype";
         if (text_value ? !value.is_string() : !value.is_number())
             throw std::runtime_error(path + ": \"" + key + "\" must be a " + (text_value ? "string" : "number"));
     }

@@ -10,7 +10,7 @@
 namespace pt {
 
 // The keys a trainer state may hold, "step" first.
-extern const char* const kTrainerStateKeys[14];
+extern const char* const kTrainerStateKeys[15];
 
 // Parses and checks it: an object of the known keys, strings for "objective" and "save-format",
 // numbers for the rest, "step" an integer in [0, 2^30]. Errors are one line naming `path`.

@@ -35,6 +35,9 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     REQUIRE_MESSAGE(e.code == 0, e.out);
     CHECK(value_after(e.out, "accuracy ") == value_after(r.out, "accuracy "));
     CHECK(value_after(e.out, "eval loss ") == value_after(r.out, "eval loss "));
+    Run lm = run_cli("eval --model " + out + " --data " + kDev + " --seq 32 --objective mlm");   // accepted, ignored
+    CHECK(lm.code == 1);
+    CHECK(lm.out.find("--objective: " + out + " is a classifier (num_labels 2)") != std::string::npos);
     // classify: one line per dev text, whose top labels score the eval's accuracy.
     Run c = run_cli("classify --model " + out + " --seq 32 --file " + kDev);
     REQUIRE_MESSAGE(c.code == 0, c.out);
@@ -63,7 +66,9 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     CHECK_MESSAGE(two.code == 0, two.out);
     CHECK(two.out.find(" 这家酒店很好\n") < two.out.find(" 房间很脏\n"));
     CHECK(two.out.find(" 房间很脏\n") != std::string::npos);
-    CHECK(run_cli("classify --model " + out).code != 0);
+    Run none = run_cli("classify --model " + out);
+    CHECK(none.code != 0);
+    CHECK(none.out.find("no TEXT and no --file") != std::string::npos);
     Run both = run_cli("classify --model " + out + " 这家酒店很好 --file " + kDev);
     CHECK(both.code != 0);
     CHECK(both.out.find("texts or --file, not both") != std::string::npos);
@@ -77,6 +82,16 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     Run wide = run_cli("classify --model " + out + " --file " + out + "/wide.tsv");
     CHECK(wide.code != 0);
     CHECK(wide.out == "pipetrain classify: " + out + "/wide.tsv: line 2: 3 columns, the header has 2\n");
+    // A TSV with text_b: pairs, encoded as training encodes them. text_b was dropped: both rows
+    // printed the probabilities of 这家酒店很好 alone.
+    std::ofstream(out + "/pairs.tsv") << "label\ttext_a\ttext_b\n1\t这家酒店很好\t房间很脏\n1\t这家酒店很好\t\n";
+    Run pairs = run_cli("classify --model " + out + " --file " + out + "/pairs.tsv");
+    REQUIRE_MESSAGE(pairs.code == 0, pairs.out);
+    const size_t cut = pairs.out.find('\n');
+    const std::string with_b = pairs.out.substr(0, cut), alone = pairs.out.substr(cut + 1);
+    CHECK(with_b.find(" | 这家酒店很好 | 房间很脏") != std::string::npos);
+    CHECK(alone == one.out);   // an empty text_b: the text alone
+    CHECK(with_b.substr(0, with_b.find(" | 这家")) != alone.substr(0, alone.find(" | 这家")));   // other probabilities
     std::ofstream(out + "/empty.txt") << "\n\n";
     Run empty = run_cli("classify --model " + out + " --file " + out + "/empty.txt");
     CHECK(empty.code != 0);

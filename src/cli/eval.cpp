@@ -120,6 +120,9 @@ int eval_main(const std::vector<std::string>& argv) {
     // The task comes from the model: a config with labels is a classifier, evaluated on a TSV.
     ops::set_num_threads(int(a.integer("--threads", 1, 1, 256)));
     Setup s = make_setup(a, false);
+    if (s.cfg.num_labels > 0 && a.has("--objective"))   // make_setup refuses causal; mlm would be ignored
+        throw std::runtime_error("--objective: " + s.model_dir + " is a classifier (num_labels " + std::to_string(s.cfg.num_labels) +
+                                 "): eval reports its labels' loss and accuracy; --objective is for a language model");
     ForwardModel model = forward_model(s.cfg);
     const std::vector<Layer*>& layers = model.layers;
     if (a.has("--dump-logits")) check_output_path(a.str("--dump-logits"), "--dump-logits");

@@ -215,16 +215,19 @@ std::vector<std::string> label_names(const std::string& dir, int num_labels) {
     return names;
 }
 
-// (where, text): each TEXT, or F's lines; a TSV whose header names text_a (as for training) gives
-// that column.
-std::vector<std::pair<std::string, std::string>> texts_to_classify(const Args& a) {
-    std::vector<std::pair<std::string, std::string>> texts;
-    for (size_t i = 0; i < a.positional().size(); i++) texts.push_back({"TEXT " + std::to_string(i + 1), a.positional()[i]});
+// (where, text_a, text_b): each TEXT, or F's lines; a TSV whose header names text_a (as for
+// training) gives that column, and text_b where it names one (a pair, encoded as training does).
+struct ToClassify {
+    std::string where, a, b;
+};
+std::vector<ToClassify> texts_to_classify(const Args& a) {
+    std::vector<ToClassify> texts;
+    for (size_t i = 0; i < a.positional().size(); i++) texts.push_back({"TEXT " + std::to_string(i + 1), a.positional()[i], ""});
     if (!a.has("--file")) return texts;
     std::vector<std::string> lines = read_lines(a.str("--file"));
     std::vector<std::string> header = lines.empty() ? std::vector<std::string>{} : split(lines[0], '\t');
-    auto column = std::find(header.begin(), header.end(), "text_a");
-    bool tsv = column != header.end();
+    const auto column_a = std::find(header.begin(), header.end(), "text_a"), column_b = std::find(header.begin(), header.end(), "text_b");
+    bool tsv = column_a != header.end();
     for (size_t i = tsv; i < lines.size(); i++) {
         if (lines[i].empty()) continue;
         std::string where = a.str("--file") + ": line " + std::to_string(i + 1);
@@ -232,7 +235,8 @@ std::vector<std::pair<std::string, std::string>> texts_to_classify(const Args& a
         if (tsv && cols.size() != header.size())
             throw std::runtime_error(where + ": " + std::to_string(cols.size()) + " columns, the header has " +
                                      std::to_string(header.size()));
-        texts.push_back({where, tsv ? cols[size_t(column - header.begin())] : lines[i]});
+        if (!tsv) texts.push_back({where, lines[i], ""});
+        else texts.push_back({where, cols[size_t(column_a - header.begin())], column_b == header.end() ? "" : cols[size_t(column_b - header.begin())]});
     }
     if (texts.empty()) throw std::runtime_error(a.str("--file") + ": no text to classify");
     return texts;
@@ -247,23 +251,24 @@ int classify_main(const std::vector<std::string>& argv) {
     if (cfg.num_labels == 0)
         throw std::runtime_error(dir + ": not a classifier (config.json has no num_labels); fill-mask or generate read it");
     if (a.has("--file") == !a.positional().empty())
-        throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT... | --file F): texts or --file, not both");
+        throw std::runtime_error("usage: pipetrain classify --model DIR (TEXT... | --file F): " +
+                                 std::string(a.has("--file") ? "texts or --file, not both" : "no TEXT and no --file"));
     Tokenizer tok = load_tokenizer(dir, cfg);
     ForwardModel model = forward_model(cfg);
     const std::vector<Layer*>& layers = model.layers;
     load_weights(dir, layers);
     std::vector<std::string> names = label_names(dir, cfg.num_labels);
     int T = int(a.integer("--seq", std::min(128, cfg.max_position_embeddings), 3, cfg.max_position_embeddings));
-    std::vector<std::pair<std::string, std::string>> texts = texts_to_classify(a);   // (where, text)
+    std::vector<ToClassify> texts = texts_to_classify(a);
     RunOptions opt;
     opt.train = false;
-    for (const auto& [where, text] : texts) {
+    for (const ToClassify& text : texts) {
         Example e;
         try {
-            Tokenizer::Encoded enc = tok.encode_pair(text, "", T);
+            Tokenizer::Encoded enc = tok.encode_pair(text.a, text.b, T);
             e.ids = enc.input_ids, e.types = enc.token_type_ids;
         } catch (const std::exception& ex) {
-            throw std::runtime_error(where + ": " + ex.what());
+            throw std::runtime_error(text.where + ": " + ex.what());
         }
         e.ids.resize(T, tok.pad_id()), e.types.resize(T, 0), e.label = 0;
         Batch b = make_classify_eval_batches({e}, 1, tok.pad_id())[0];
@@ -277,9 +282,10 @@ int classify_main(const std::vector<std::string>& argv) {
             act.swap(next);
         }
         std::vector<int> order = top_ids(p.data(), cfg.num_labels, cfg.num_labels);
-        std::printf("%s", names[order[0]].c_str());
-        for (int id : order) std::printf("%s %s %.4f", id == order[0] ? " |" : ",", names[id].c_str(), p[id]);
-        std::printf(" | %s\n", text.c_str());
+        // printable: a label name (config.json's) or a text with a newline stays on its line
+        std::printf("%s", printable(names[order[0]]).c_str());
+        for (int id : order) std::printf("%s %s %.4f", id == order[0] ? " |" : ",", printable(names[id]).c_str(), p[id]);
+        std::printf(" | %s%s\n", printable(text.a).c_str(), text.b.empty() ? "" : (" | " + printable(text.b)).c_str());
     }
     return 0;
 }

@@ -209,6 +209,10 @@ TEST_CASE("hostile JSON: a depth limit and one line naming the file, never a cra
     std::string e = error_of([&] { pt::parse_json(deep, "x.json"); });
     CHECK(e == "x.json: not valid JSON (nested deeper than 64 levels)");
     CHECK(error_of([&] { pt::parse_json(std::string(64, '[') + std::string(64, ']'), "ok.json"); }) == "");
+    // A key twice in one object: the library kept the last silently (config.json's hidden_size 16, then 8).
+    e = error_of([&] { pt::config_from_json_string("{\"hidden_size\": 16, \"hidden_size\": 8}", "cfg/config.json"); });
+    CHECK(e == "cfg/config.json: the key \"hidden_size\" appears twice in one object: which value is meant?");
+    CHECK(error_of([&] { pt::parse_json("{\"a\": {\"k\": 1}, \"b\": {\"k\": 2}}", "ok.json"); }) == "");   // per object
     e = error_of([&] { pt::config_from_json_string("{\"vocab_size\": 1e447}", "cfg/config.json"); });
     CHECK(e.rfind("cfg/config.json: not valid JSON (number overflow", 0) == 0);
     // PaddleNLP's model_config.json nests init_args; 200,000 deep crashed inspect and eval.
@@ -309,6 +313,10 @@ TEST_CASE("inspect: a missing vocab.txt or config.json is an error, a sealed dir
     Run ok = run_cli("inspect " + out);
     CHECK(ok.code == 0);
     CHECK(ok.out.find("manifest: 6 files match") != std::string::npos);
+    Run unchecked = run_cli("inspect " + out + " --no-verify");   // it said the files matched, unchecked
+    CHECK(unchecked.code == 0);
+    CHECK(unchecked.out.find("manifest: 6 files listed, not checked (--no-verify)") != std::string::npos);
+    CHECK(unchecked.out.find("match") == std::string::npos);
     fs::remove(out + "/" + pt::kManifest);
     fs::remove(out + "/vocab.txt");
     CHECK(run_cli("inspect " + out).code == 0);   // tokenizer.json holds the vocabulary too

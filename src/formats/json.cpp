@@ -61,9 +61,12 @@ JsonShape check_json(const char* first, const char* last, bool unique_keys) {
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
-    // The depth first, before anything recursive (dump, our own walks) can see the value.
-    if (check_json(text.data(), text.data() + text.size(), false).too_deep)
-        fail(source, "not valid JSON (nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
+    // The depth first, before anything recursive (dump, our own walks) can see the value. A key twice
+    // in one object: the library keeps one of them silently (Python's json the last), so which value
+    // the writer meant is unknown.
+    const JsonShape shape = check_json(text.data(), text.data() + text.size(), true);
+    if (shape.too_deep) fail(source, "not valid JSON (nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)");
+    if (!shape.duplicate.empty()) fail(source, "the key \"" + shape.duplicate + "\" appears twice in one object: which value is meant?");
     try {
         return json::parse(text);
     } catch (const json::exception& e) {   // parse errors, number overflow, ...

@@ -148,6 +148,7 @@ std::atomic<bool> g_verify{true};
 }  // namespace
 
 void set_verify_manifests(bool on) { g_verify = on; }
+bool verifying_manifests() { return g_verify; }
 
 void verify_dir(const std::string& dir) {
     std::string name = name_of(dir);

@@ -42,6 +42,7 @@ std::vector<ManifestEntry> read_manifest(const std::string& dir);
 void verify_dir(const std::string& dir);
 // --no-verify: verify_dir checks no manifest (present or missing), and says so once per directory.
 void set_verify_manifests(bool on);
+bool verifying_manifests();
 
 // A fresh, empty OUT/.tmp-NAME for target OUT/NAME (a leftover one is removed first).
 std::string stage_dir(const std::string& target);

@@ -204,3 +204,41 @@ TEST_CASE("generate --top-k K --temperature X: every token among the model's K l
     // One candidate is greedy whatever the temperature.
     CHECK(text_of("--top-k 1 --temperature 2 --seed 5") == text_of("--temperature 0"));
 }
+
+// export wrote into any --out: over the model it read (which then failed its manifest), into a
+// folder of other files (mixed with them), and a failed export left what it had written.
+TEST_CASE("export: never over --model, an existing --out only with --overwrite and replaced whole, nothing left by a failure") {
+    const std::string root = temp_dir("export_out"), model = root + "/m";
+    REQUIRE(run_cli("train --preset tiny --data " + fixture("text/sample_zh.txt") + " --batch 4 --seq 16 --steps 1 --out " + model).code == 0);
+    const std::string export_cmd = "export --model " + model + " --onnx --out ";
+    for (const auto& [out, message] : std::vector<std::pair<std::string, std::string>>{
+             {model, "--out: " + model + " is --model's directory, or holds it"},
+             {model + "/", "--out: " + model + "/ is --model's directory, or holds it"},
+             {root, "--out: " + root + " is --model's directory, or holds it"},
+             {model + "/onnx", "--out: " + model + "/onnx is inside --model's directory"},
+             {model + "/vocab.txt", "is inside --model's directory"},
+             {fixture("text/sample_zh.txt"), "is a file, expected a directory"}}) {
+        Run r = run_cli(export_cmd + out + " --overwrite");
+        CAPTURE(out);
+        CHECK(r.code == 1);
+        CHECK_MESSAGE(r.out.find(message) != std::string::npos, r.out);
+    }
+    CHECK(run_cli("inspect " + model).code == 0);   // untouched: its manifest still holds
+    const std::string other = temp_dir("export_other");
+    std::ofstream(other + "/mine.txt") << "mine\n";
+    Run mixed = run_cli(export_cmd + other);
+    CHECK(mixed.code == 1);
+    CHECK(mixed.out.find("--out: " + other + " is not empty: choose another --out, or add --overwrite") != std::string::npos);
+    CHECK(!std::filesystem::exists(other + "/onnx"));
+    Run replaced = run_cli(export_cmd + other + " --overwrite");
+    REQUIRE_MESSAGE(replaced.code == 0, replaced.out);
+    CHECK(replaced.out.find("wrote " + other + "/onnx/model.onnx") != std::string::npos);
+    CHECK(std::filesystem::exists(other + "/onnx/model.onnx"));
+    CHECK(!std::filesystem::exists(other + "/mine.txt"));   // replaced whole, not mixed
+    // A failure after the export began (--web without its npm files) leaves nothing: not --out,
+    // not the folders above it that it made, not its staging directory.
+    Run web = run_cli("export --model " + model + " --web --out " + root + "/new/site --js " + root + "/no_node_modules");
+    CHECK(web.code == 1);
+    CHECK(!std::filesystem::exists(root + "/new"));
+    for (const auto& e : std::filesystem::directory_iterator(root)) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+}

@@ -9,7 +9,10 @@
 // LayerNormalization, MatMul + Add for every Linear (weights stored transposed, (in, out)), exact
 // GELU through Erf, Softmax over the keys with masked keys at -1e9 (exactly 0 after the softmax,
 // as pipetrain's -inf), tanh for the pooler. The writer is src/formats/onnx.hpp.
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -24,6 +27,7 @@
 #include "src/formats/checkpoint.hpp"
 #include "src/formats/config_json.hpp"
 #include "src/formats/io.hpp"
+#include "src/formats/lifecycle.hpp"
 #include "src/formats/onnx.hpp"
 
 namespace pt {
@@ -148,7 +152,7 @@ void write_config(const std::string& out, const ModelConfig& cfg, int task_type)
 }
 
 // DIR exported as ONNX into OUT (OUT/onnx/model.onnx, config.json, vocab and tokenizer files).
-void export_onnx(const std::string& dir, const std::string& out, int task, const ModelConfig& cfg) {
+void export_onnx(const std::string& dir, const std::string& out, int task, const ModelConfig& cfg, const std::string& shown) {
     std::vector<std::string> vocab = load_vocab_lines(dir, cfg);
     ForwardModel loaded = forward_model(cfg);
     const std::vector<Layer*>& layers = loaded.layers;
@@ -172,7 +176,7 @@ void export_onnx(const std::string& dir, const std::string& out, int task, const
     write_chunks_atomic(out + "/onnx/model.onnx", model.pieces());
     write_config(out, cfg, task);
     if (!vocab.empty()) write_vocab_files(out, vocab, cfg.max_position_embeddings);
-    std::printf("wrote %s/onnx/model.onnx (%.1f MB, opset 17%s) and its config and tokenizer files\n", out.c_str(),
+    std::printf("wrote %s/onnx/model.onnx (%.1f MB, opset 17%s) and its config and tokenizer files\n", shown.c_str(),
                 bytes / 1e6, external.empty() ? "" : ", weights in model.onnx_data");
 }
 
@@ -208,17 +212,18 @@ std::string web_page(const ModelConfig& cfg) {
 
 // OUT: index.html, the model under OUT/model, the npm files from JS (a node_modules folder),
 // and the run's pictures when DIR is a run's --out (it has metrics.jsonl).
-void export_web(const std::string& dir, const std::string& out, const std::string& js, int task, const ModelConfig& cfg) {
+void export_web(const std::string& dir, const std::string& out, const std::string& js, int task, const ModelConfig& cfg,
+                const std::string& shown) {
     for (const auto& [sub, file] : kWebFiles)
         if (!fs::is_regular_file(js + "/" + sub + file))
             throw std::runtime_error("--js: " + js + "/" + sub + file + " not found (expected a node_modules folder with "
                                      "@huggingface/transformers 4 and onnxruntime-web: npm install @huggingface/transformers)");
-    export_onnx(dir, out + "/model", task, cfg);
+    export_onnx(dir, out + "/model", task, cfg, shown + "/model");
     for (const auto& [sub, file] : kWebFiles) write_file_atomic(out + "/" + file, read_file(js + "/" + sub + file));
     write_file_atomic(out + "/index.html", web_page(cfg));
     if (fs::exists(dir + "/metrics.jsonl")) plot_main({dir, "--out", out});
     std::printf("wrote %s/index.html: serve %s (e.g. python3 -m http.server -d %s) and open it; nothing is fetched from outside\n",
-                out.c_str(), out.c_str(), out.c_str());
+                shown.c_str(), shown.c_str(), shown.c_str());
 }
 
 // The page: a box, a button, what the model makes of the text; ?text=... fills the box and presses
@@ -310,16 +315,66 @@ const char* const kGenerate = R"js(  const tokenizer = await AutoTokenizer.from_
     await report({ ids: ids.slice(1), next });
   });)js";
 
+// --out: not --model's directory nor inside it (nor around it), and empty unless --overwrite; the
+// directories above it are made, and the first one made is returned (removed if the export fails).
+fs::path absolute_dir(const std::string& p) {   // absolute, no "." or "..", no trailing separator
+    fs::path a = fs::weakly_canonical(fs::absolute(p)).lexically_normal();
+    return a.has_filename() ? a : a.parent_path();
+}
+
+std::string check_export_out(const std::string& dir, const std::string& out, bool overwrite) {
+    std::error_code ec;
+    const fs::path m = absolute_dir(dir), o = absolute_dir(out);
+    auto within = [](const fs::path& inner, const fs::path& outer) {
+        return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
+    };
+    if (within(o, m) || within(m, o))
+        throw std::runtime_error("--out: " + out + " is " + (within(m, o) ? "--model's directory, or holds it" : "inside --model's directory") +
+                                 ": the export would write over the model it reads");
+    if (fs::exists(fs::symlink_status(out, ec)) && !fs::is_directory(out, ec))
+        throw std::runtime_error("--out: " + out + " is a file, expected a directory (the export's)");
+    if (fs::is_directory(out, ec) && !fs::is_empty(out, ec) && !overwrite)
+        throw std::runtime_error("--out: " + out + " is not empty: choose another --out, or add --overwrite (it replaces the directory whole)");
+    fs::path first_made;
+    for (fs::path p = o.parent_path(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) first_made = p;
+    fs::create_directories(o.parent_path(), ec);
+    if (ec) throw std::runtime_error("--out: cannot create " + o.parent_path().string() + " (" + ec.message() + ")");
+    try {
+        check_writable_dir(o.parent_path().string(), "--out");   // the staging directory goes there
+    } catch (...) {
+        if (!first_made.empty()) fs::remove_all(first_made, ec);
+        throw;
+    }
+    return first_made.string();
+}
+
 }  // namespace
 
+// Written into a staging directory beside --out, then renamed into place (an existing --out goes to
+// the trash first): a failure leaves nothing, never a mix of an earlier export's files and this one's.
 int export_main(const std::vector<std::string>& argv) {
-    Args a(argv, {"--model", "--out", "--task-type", "--js"}, {"--onnx", "--web"});
+    Args a(argv, {"--model", "--out", "--task-type", "--js"}, {"--onnx", "--web", "--overwrite"});
     if (a.has("--onnx") == a.has("--web")) throw std::runtime_error("--onnx or --web: give one (the export's format)");
     const std::string dir = a.required("--model"), out = a.required("--out");
     ModelConfig cfg = load_model_config(dir);
     const int task = int(a.integer("--task-type", 0, 0, cfg.use_task_id ? cfg.task_type_vocab_size - 1 : 0));
-    if (a.has("--onnx")) export_onnx(dir, out, task, cfg);
-    else export_web(dir, out, a.required("--js"), task, cfg);
+    const std::string js = a.has("--web") ? a.required("--js") : "";
+    const std::string made = check_export_out(dir, out, a.has("--overwrite")), target = absolute_dir(out).string();
+    std::string staging;
+    try {
+        staging = stage_dir(target);
+        if (a.has("--onnx")) export_onnx(dir, staging, task, cfg, out);
+        else export_web(dir, staging, js, task, cfg, out);
+        fsync_dir(staging);
+        if (fs::exists(target)) trash(target);
+        if (std::rename(staging.c_str(), target.c_str()) != 0) fail(out, "cannot rename " + staging + " to it", errno);
+        fsync_dir(fs::path(target).parent_path().string());
+    } catch (...) {
+        std::error_code ec;
+        if (!staging.empty()) fs::remove_all(staging, ec);
+        if (!made.empty()) fs::remove_all(made, ec);
+        throw;
+    }
     return 0;
 }
 

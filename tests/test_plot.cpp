@@ -330,6 +330,15 @@ TEST_CASE("schedule --svg: the simulated chart, a box per action") {
     fs::remove_all(dir);
 }
 
+// --trace was written before --svg failed (exit 1, a trace left behind): every output is checked first.
+TEST_CASE("schedule --trace --svg --export: one that cannot be written, and none is") {
+    const std::string dir = temp_dir("schedule_outputs");
+    Run r = run_cli("schedule --trace " + dir + "/t.json --svg " + dir + "/no/such/s.svg --export " + dir + "/e.csv");
+    CHECK(r.code == 1);
+    CHECK(r.out.find("--svg: " + dir + "/no/such/s.svg: the directory " + dir + "/no/such does not exist") != std::string::npos);
+    CHECK(std::filesystem::is_empty(dir));
+}
+
 TEST_CASE("schedule --svg: a legend swatch per shade; hatching only where transfers cost time") {
     std::string dir = temp_dir("schedule_shades");
     // Free transfers (the default costs): ranks wait for each other, and that is drawn as idle.

@@ -243,6 +243,15 @@ TEST_CASE("--predict's flags: one line each for what is wrong") {
     CHECK(error(kTiny + "--dp 3 --micro-batches 2 --batch 8").find("--batch: 8 rows do not split into --dp 3 × --micro-batches 2") !=
           std::string::npos);
     CHECK(error(kTiny + "--costs 1,1,1,0").find("--costs: not with --predict") != std::string::npos);
+    // Accepted and ignored before: any --dtype (fp32 was used), --overlap, --model beside --preset (the
+    // model was used), --blocks with a model; --schedule auto said 'expected ... or auto, got "auto"'.
+    CHECK(error(kTiny + "--dtype fp16").find("--dtype: expected fp32 or bf16, got \"fp16\"") != std::string::npos);
+    CHECK(error(kTiny + "--overlap").find("--overlap: not with --predict") != std::string::npos);
+    CHECK(error("schedule --stages 4 --micro-batches 8 --compare --overlap").find("drop --overlap") != std::string::npos);
+    CHECK(error(kTiny + "--model " + fixture("ernie/nano-like/hf")).find("--model / --preset: give one of them") != std::string::npos);
+    CHECK(error("schedule --predict --model " + fixture("ernie/nano-like/hf") + " --blocks 8").find("--blocks: only with --preset") !=
+          std::string::npos);
+    CHECK(error(kTiny + "--schedule auto").find("--schedule auto: not with --predict") != std::string::npos);
 }
 
 TEST_CASE("bench-link: two threads' latency and bandwidth, and the --links value they make") {

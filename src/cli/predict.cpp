@@ -330,10 +330,13 @@ int predict_main(const Args& a) {
                                  " × --micro-batches " + std::to_string(s.M));
     s.rows = B / (s.D * s.M), s.T = int(a.integer("--seq", 512, 1, cfg.max_position_embeddings));
     s.per_node = int(a.integer("--ranks-per-node", s.P * s.D, 1, 1 << 20));
-    s.bf16 = a.str("--dtype", "fp32") == "bf16", s.zero = a.integer("--zero", 0, 0, 1) == 1;
+    const std::string dtype = a.str("--dtype", "fp32");
+    if (dtype != "fp32" && dtype != "bf16") throw std::runtime_error("--dtype: expected fp32 or bf16, got \"" + dtype + "\"");
+    s.bf16 = dtype == "bf16", s.zero = a.integer("--zero", 0, 0, 1) == 1;
     s.overlap = a.integer("--dp-overlap", 1, 0, 1) == 1 && !a.has("--measured");
     read_links(a, s);
     std::string name = a.str("--schedule", s.P == 1 ? "gpipe" : "1f1b");   // train's default
+    if (name == "auto") throw std::runtime_error("--schedule auto: not with --predict (auto plans from costs measured in a run; name a schedule)");
     require_chunks(name, a.has("--chunks"));
     s.V = int(a.integer("--chunks", default_chunks(name), 1, pp::kMaxChunks));
     pp::Schedule schedule = make_schedule(name, s.P, s.M, s.V);

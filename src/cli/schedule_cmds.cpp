@@ -105,14 +105,16 @@ int schedule_main(const std::vector<std::string>& argv) {
                              "--zero", "--dp-overlap", "--links", "--flops", "--measured"})
         if (a.has(flag) && !a.has("--predict")) throw std::runtime_error(std::string(flag) + ": only with --predict");
     if (a.has("--predict")) {
-        for (const char* other : {"--costs", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement", "--compare"})
+        for (const char* other : {"--costs", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement", "--compare", "--overlap"})
             if (a.has(other)) throw std::runtime_error(std::string(other) + ": not with --predict");
         if (a.has("--flops") && a.has("--measured")) throw std::runtime_error("--flops: not with --measured (the layers timed here)");
+        if (a.has("--model") && a.has("--preset")) throw std::runtime_error("--model / --preset: give one of them");
+        if (a.has("--blocks") && a.has("--model")) throw std::runtime_error("--blocks: only with --preset (a model has its own)");
         return predict_main(a);
     }
     pp::Costs costs = read_costs(a);
     if (a.has("--compare")) {
-        for (const char* other : {"--schedule", "--chunks", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement"})
+        for (const char* other : {"--schedule", "--chunks", "--memory-cap", "--trace", "--svg", "--import", "--export", "--placement", "--overlap"})
             if (a.has(other))
                 throw std::runtime_error(std::string("--compare: compares 1f1b, zb-h1, zbv, v-half and v-min; drop ") + other);
         int P = int(a.integer("--stages", 4, 1, 64)), M = int(a.integer("--micro-batches", 8, 1, 4096));
@@ -123,7 +125,8 @@ int schedule_main(const std::vector<std::string>& argv) {
     int P = 0, M = 0, V = 0;
     std::string name;
     pp::Schedule sched = a.has("--import") ? imported(a, &P, &M, &V, &name) : generated(a, costs, &P, &M, &V, &name);
-    if (a.has("--export")) check_output_path(a.str("--export"), "--export");
+    for (const char* flag : {"--trace", "--svg", "--export"})   // before anything is written: all of them, or none
+        if (a.has(flag)) check_output_path(a.str(flag), flag);
     if (sched.placement == pp::Placement::vee) V = 2;
     pp::SimResult r = pp::simulate(sched, per_chunk(costs, V), V);
     std::printf("%s", pp::ascii_timeline(r.events, P, terminal_columns()).c_str());

@@ -14,6 +14,7 @@ enum OtherTag : int {
     kTagTiedCheck = 9002,
     kTagZeroGrads = 9003,    // ZeRO-1: a tensor's gradient to the replica that updates it
     kTagZeroParams = 9004,   // ... and its new values back to every replica
+    kTagZeroDump = 9005,     // ... and, for --dump-grads, its sum to replica 0
     kTagTimeline = 9200,     // and 9201
     kTagClockError = 9202,   // and 9203
     kTagMoments = 9204,      // and 9205: the AdamW moments' bytes of each rank

@@ -169,6 +169,13 @@ TEST_CASE("any P x D with the same micro-batches gives one device's bits: parame
     train("dpg1run", "--stages 2 --micro-batches 4 --dump-grads " + g1);
     train("dpg2run", "--stages 2 --micro-batches 1 --dp 4 --dump-grads " + g2);
     CHECK(first_difference(g1, g2, 0) == "");
+    // --zero 1: each replica sums only the tensors it updates; the dump held replica 0's own
+    // partial gradients for the rest (65 of 76 tensors differed).
+    for (const char* zero : {"--stages 2 --micro-batches 1 --dp 4 --zero 1", "--stages 1 --micro-batches 2 --dp 2 --zero 1"}) {
+        std::string gz = temp_dir("dpgz") + "/g.safetensors";
+        train("dpgzrun", std::string(zero) + " --dump-grads " + gz);
+        CHECK_MESSAGE(first_difference(g1, gz, 0) == "", zero);
+    }
     // The comparison can fail: a replica that lost its gradient, or other micro-batches.
     CHECK(first_difference(one, train("dp1m2", "--stages 2 --micro-batches 2", 4), 1e-6) != "");
     CHECK(first_difference(one, train("dp2m1", "--stages 1 --dp 2 --micro-batches 1"), 0) != "");   // 2 of 4 rows

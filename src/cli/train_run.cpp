@@ -27,6 +27,7 @@
 #include "src/formats/safetensors.hpp"
 #include "src/stage.hpp"
 #include "src/step.hpp"
+#include "src/tags.hpp"
 #include "src/train_step.hpp"
 #include "src/watchdog.hpp"
 
@@ -72,8 +73,31 @@ void print_step(TrainRun& w, int step, double loss, float lr, double norm, const
                 human_time(elapsed / (step + 1 - w.start_step) * (w.steps - step - 1)).c_str());
 }
 
+// ZeRO-1: a replica holds summed only the gradients of the tensors it updates. For --dump-grads each
+// owner sends its sums to replica 0's rank of the same stage, over replica 0's unsummed copies, which
+// nothing reads after the sum (the norm and AdamW read the owner's): the dump was of replica 0's own.
+void owners_sums_to_replica_0(TrainRun& w, pp::Comm& comm, int rank) {
+    const RankPlace at = w.place(rank);
+    if (!at.zero || at.D == 1) return;
+    TransformerStage& stage = *w.stages[rank];
+    const std::vector<std::vector<int>> owner = zero_owners(stage, at);
+    const std::vector<int> group = at.data_parallel_group();
+    const std::vector<Layer*> layers = stage.layers();
+    std::vector<pp::P2POp> ops;
+    for (size_t li = 0; li < layers.size(); li++)
+        for (size_t i = 0; i < layers[li]->params_info.size(); i++) {
+            const ParamInfo& pi = layers[li]->params_info[i];
+            const int o = owner[li][i];
+            float* g = layers[li]->grads.data() + pi.offset;   // (numel)
+            if (o > 0 && (at.d == o || at.d == 0))
+                ops.push_back({at.d == o, g, pi.numel * sizeof(float), group[at.d == o ? 0 : o], kTagZeroDump});
+        }
+    comm.group(ops);
+}
+
 // --dump-grads: step 1's summed gradients, before clipping, which rank 0 writes at the end.
 void dump_gradients(TrainRun& w, pp::Comm& comm, int rank) {
+    owners_sums_to_replica_0(w, comm, rank);
     comm.barrier();   // every rank's data-parallel sum is done: rank 0 may read its process's ranks
     std::vector<std::unique_ptr<Layer>> held;
     for (Layer* l : gather_replica(w, comm, rank, true, held)) {

@@ -28,6 +28,8 @@ set -euo pipefail
 root=$(cd -P "$(dirname "$0")/.." && pwd -P)
 
 die() { echo "lab.sh: $*" >&2; exit 2; }
+# value FLAG "$@": the flag's value, or one line saying it has none (set -u would say "$2: unbound").
+value() { [ $# -ge 3 ] && [ -n "$3" ] || die "$2: needs a value"; }
 # Whether this tree is a git checkout of its own (its repository's top). A release unpacked inside
 # another repository (a course's) is not, though git answers there for that repository: its list
 # of this folder (empty where untracked), its commit.
@@ -104,19 +106,22 @@ cmd_submit() {
   local name=${USER:-student} labs="" out=""
   while [ $# -gt 0 ]; do
     case $1 in
-      --name) name=$2; shift 2 ;;
-      --labs) labs=$2; shift 2 ;;
-      --out) out=$2; shift 2 ;;
+      --name) value submit "$@"; name=$2; shift 2 ;;
+      --labs) value submit "$@"; labs=$2; shift 2 ;;
+      --out) value submit "$@"; out=$2; shift 2 ;;
       *) die "submit: unknown argument '$1' (--name NAME, --labs 03,04, --out FILE)" ;;
     esac
   done
   [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "--name '$name': letters, digits, '.', '_' and '-' only"
   out=${out:-$PWD/submission-$name.tar.gz}
-  local build=${PIPETRAIN_BUILD:-$root/build} stage dir nn f results=""
+  local build=${PIPETRAIN_BUILD:-$root/build} stage dir nn f results="" chosen
+  # Before anything: a lab that does not exist ends the submission (in the loop's $( ) its error only
+  # dropped that lab, and an empty submission was written, exit 0).
+  chosen=$(chosen_labs "$labs")
   stage=$(mktemp -d)
   trap "rm -rf '$stage'" EXIT
   mkdir -p "$stage/files" "$build"
-  for dir in $(chosen_labs "$labs"); do
+  for dir in $chosen; do
     nn=$(lab_nn "$dir")
     mkdir -p "$stage/files/labs/$(basename "$dir")"
     for f in $(student_files "$dir"); do cp "$dir/$f" "$stage/files/labs/$(basename "$dir")/$f"; done
@@ -172,11 +177,13 @@ cmd_grade() {
   shift
   while [ $# -gt 0 ]; do
     case $1 in
-      --labs) labs=$2; shift 2 ;;
-      --out) out=$2; shift 2 ;;
+      --labs) value grade "$@"; labs=$2; shift 2 ;;
+      --out) value grade "$@"; out=$2; shift 2 ;;
       *) die "grade: unknown argument '$1' (--labs 03,04, --out OUT)" ;;
     esac
   done
+  local chosen
+  chosen=$(chosen_labs "$labs")   # a lab that does not exist: said before anything is made
   [ -d "$subs" ] || die "grade: $subs: not a directory of submissions"
   subs=$(cd "$subs" && pwd)
   local tarballs=("$subs"/*.tar.gz)
@@ -184,9 +191,8 @@ cmd_grade() {
   out=${out:-$subs/grades}
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
-  local work=$out/work tree build pristine chosen dir nn
+  local work=$out/work tree build pristine dir nn
   tree=$work/tree; build=$work/build; pristine=$work/starters
-  chosen=$(chosen_labs "$labs")
   # A fresh copy of this tree without the answers (copy_without_answers, below).
   rm -rf "$tree" "$pristine" && mkdir -p "$tree"
   copy_without_answers "$tree" || die "grade: copying $root to $tree failed"
@@ -361,6 +367,7 @@ cmd_plant() {
   local dir answers name=$2 out=$3 line becomes f found=0
   dir=$(lab_dir "$1")
   answers=$root/labs/solutions/$(basename "$dir")
+  [ -f "$answers/mistakes.txt" ] || die "plant: $answers/mistakes.txt: missing (the answers are in the teachers' checkout, not in a class copy)"
   line=$(mistake_field "$answers/mistakes.txt" "$name" line)
   becomes=$(mistake_field "$answers/mistakes.txt" "$name" becomes)
   [ -n "$line" ] && [ -n "$becomes" ] || die "$answers/mistakes.txt: mistake $name needs a line: and a becomes:"

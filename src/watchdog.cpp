@@ -179,6 +179,7 @@ void Watchdog::supervise() {
             write_headline(stuck, first_rank_, limits);
             arm_last_resort(2, "  (no more detail: a stopped thread holds a lock the report needs)\n");
             std::string report;
+            bool computing = false;   // a stuck rank inside an action, not waiting for a transfer
             for (int r = 0; r < size_; r++) {
                 const Rank& k = ranks_[r];
                 std::string line = "  rank " + std::to_string(first_rank_ + r) + ": ";
@@ -192,10 +193,14 @@ void Watchdog::supervise() {
                     if (step >= 0) line += "step " + std::to_string(step) + ", ";
                     if (phase) line += std::string(phase) + ", ";
                     if (k.pipeline) line += "pipeline " + k.pipeline->where() + ", ";
+                    computing |= stuck[size_t(r)] && k.pipeline && k.pipeline->where().rfind("action", 0) == 0;
                     line += "no progress for " + seconds(std::chrono::duration<double>(now - since[r]).count());
                 }
                 report += line + "\n";
             }
+            if (computing)   // a hang there, or one action that computes for longer than the timeout
+                report += "  (inside an action, not waiting for a message: if its compute is that long (a very large "
+                          "batch or sequence), a longer timeout lets it finish)\n";
             fire(report);
         }
         left_.wait_for(lock, std::chrono::milliseconds(100));

@@ -109,6 +109,9 @@ TEST_CASE("with a single rank and no transfer to time out, the watchdog is what 
     CHECK(since(t0) < 6.0);
     CHECK(has(c.out, "no progress from rank 0 for longer than the timeout (0.5 s) + a grace (2 s)"));
     CHECK(has(c.out, "  rank 0: step 1, forward/backward, pipeline action B0.0 (after F0.0 F1.0), no progress for 2."));
+    // Inside an action: a hang, or a compute longer than the timeout (a very large batch was ended
+    // as a hang, saying nothing of the timeout).
+    CHECK(has(c.out, "(inside an action, not waiting for a message: if its compute is that long"));
 }
 
 TEST_CASE("a run longer than the deadline that keeps making progress is not a hang") {

@@ -821,6 +821,25 @@ TEST_CASE("--dry-run checks the flags and plans the pipeline, reading no data an
     CHECK(bad.out.find("--stages: 8 stages × 1 chunk need at least 8 layers") != std::string::npos);
     CHECK(run_cli("train --preset tiny --data /shared/poems.txt --device cuda:x --out " + out + " --dry-run").code != 0);
     CHECK(!fs::exists(out));
+    // What the run would refuse and can be told here, the dry run refuses too (it said "valid" for
+    // each): an --out that holds a model, or is a file; --trace over the run's own files; a
+    // --resume whose recorded settings the flags contradict, or an --out inside the checkpoint.
+    const std::string run = temp_dir("dry_run_model");
+    REQUIRE(run_cli("train --preset tiny --data " + kSample + " --steps 2 --batch 4 --seq 16 --save-every 1 --out " + run).code == 0);
+    for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+             {"--out " + run, "--out: " + run + " already holds a model"},
+             {"--out " + run + "/model.safetensors", "--out: " + run + "/model.safetensors is a file, expected a directory"},
+             {"--out " + out + " --trace " + out + "/config.json", "--trace: " + out + "/config.json is where this run writes its config.json"},
+             {"--resume " + run + "/checkpoint-1 --lr 5 --out " + out, "--lr: the checkpoint " + run + "/checkpoint-1 was trained with"},
+             {"--resume " + run + "/checkpoint-1 --out " + run + "/checkpoint-1/again", "is inside the checkpoint --resume reads"}}) {
+        Run dry = run_cli("train --data " + kSample + " --steps 2 " + flags + " --dry-run");
+        CAPTURE(flags);
+        CHECK(dry.code == 1);
+        CHECK_MESSAGE(dry.out.find(message) != std::string::npos, dry.out);
+    }
+    CHECK(run_cli("train --data " + kSample + " --steps 2 --out " + run + " --overwrite --dry-run").code == 0);
+    CHECK(fs::exists(run + "/checkpoint-1"));   // a dry run removes nothing, --overwrite or not
+    CHECK(!fs::exists(out));
 }
 
 TEST_CASE("the end of a run says why its bubble is what it is, and which stage holds the others up") {

@@ -91,7 +91,7 @@ EvalResult evaluate(const std::vector<Layer*>& layers, const std::vector<Batch>&
 
 // ---- pipetrain train: what the user asked, and the run ----------------------------------------
 
-// The flags of `pipetrain train`, read and checked (read_flags, plan_pipeline, make_state_and_ranks).
+// The flags of `pipetrain train`, read and checked (read_flags, plan_pipeline, record_state).
 struct TrainFlags {
     int P = 1, D = 1, M = 1, V = 1, steps = 1, warmup = 1, threads = 1, eval_every = 0;
     int save_every = 0, keep = 2;                      // --save-every, --keep
@@ -188,6 +188,10 @@ struct OutDir {
     ~OutDir();
 };
 OutDir prepare_out(TrainRun& w, Args& a);
+// --dry-run: what prepare_out checks that can be told here without writing (a line for another
+// machine may name an --out that does not exist here): an existing --out is a directory that holds
+// no model unless --overwrite, and --trace and --dump-grads name no file the run writes in it.
+void check_out_for_dry_run(const TrainRun& w, const Args& a);
 nlohmann::json read_trainer_state(const std::string& dir);
 void check_resume_state(TrainRun& w, const std::string& dir, const nlohmann::json& saved);
 void resume_defaults(Args& a, const nlohmann::json& saved);

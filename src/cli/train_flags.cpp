@@ -49,9 +49,8 @@ void read_flags(TrainFlags& w, Setup& s, Args& a) {
                                  std::to_string(w.D * w.M));
 }
 
-// Checkpoints and the state an exact --resume needs; then this process's ranks are made: all of
-// them, or under MPI its own.
-void make_state_and_ranks(TrainRun& w, const Setup& s, Args& a, const nlohmann::json& saved) {
+// Checkpoints and the state an exact --resume needs (a dry run checks them too).
+void record_state(TrainRun& w, const Setup& s, Args& a, const nlohmann::json& saved) {
     w.save_every = int(a.integer("--save-every", 0, 0, 1 << 30));
     w.keep = int(a.integer("--keep", 2, 1, 1 << 20));
     if (a.has("--keep") && w.save_every == 0) throw std::runtime_error("--keep: only with --save-every (it keeps the last K checkpoints)");
@@ -69,6 +68,10 @@ void make_state_and_ranks(TrainRun& w, const Setup& s, Args& a, const nlohmann::
         check_resume_state(w, a.str("--resume"), saved);
     }
     w.state["save-format"] = w.save_format;   // not compared on --resume: it does not change the bits
+}
+
+// This process's ranks: all of them, or under MPI its own.
+void make_ranks(TrainRun& w, Args& a) {
     int R = w.P * w.D;
     w.stages.resize(R), w.optim.resize(R);
     for (int r = 0; r < R; r++)
@@ -83,6 +86,7 @@ void make_state_and_ranks(TrainRun& w, const Setup& s, Args& a, const nlohmann::
 // then it stops: nothing trained, nothing written, --data not read. A line for another machine
 // (mpirun -H, srun) can be checked here.
 int dry_run(TrainRun& w, const Setup& s, Args& a) {
+    check_out_for_dry_run(w, a);
     w.comm = w.mpi ? "mpi" : a.str("--comm", "auto");
     print_banner(w, s, a);
     pp::validate(w.schedule, w.M, w.V, pp::plan_for(w.schedule, w.V));
@@ -116,9 +120,10 @@ int train(Args& a, const std::vector<std::string>& argv, const std::string& prog
     }
 #endif
     plan_pipeline(w, s, a);
+    record_state(w, s, a, saved);
     if (a.has("--dry-run")) return dry_run(w, s, a);
     choose_comm(w);
-    make_state_and_ranks(w, s, a, saved);
+    make_ranks(w, a);
     OutDir out;
     if (w.root) out = prepare_out(w, a), print_banner(w, s, a);
     if (w.root) {   // plots: what `pipetrain plot OUT` reads (src/cli/plot.cpp)

@@ -414,6 +414,14 @@ OutDir::~OutDir() {
     if (lock >= 0) ::close(lock);
 }
 
+void check_out_for_dry_run(const TrainRun& w, const Args& a) {
+    std::error_code ec;
+    if (std::filesystem::exists(w.out, ec) && !std::filesystem::is_directory(w.out, ec))
+        throw std::runtime_error("--out: " + w.out + " is a file, expected a directory");
+    check_side_outputs(w, a);
+    check_not_replacing(w, a);
+}
+
 OutDir prepare_out(TrainRun& w, Args& a) {
     for (const char* flag : {"--trace", "--dump-grads"})
         if (a.has(flag)) check_output_path(a.str(flag), flag);

@@ -682,12 +682,14 @@ inline bool names_chunks(const std::vector<Event>& events) {
 // for a peer. A box too narrow for the name shows two characters, "I3" for BI3.0, "w3" for BW3.1
 // (the op's letter, lower case on odd chunks), or the micro-batch alone (or nothing): those are
 // listed under the chart. A legend ends it. `width` counts whole lines, "rank N |" included; 0:
-// $COLUMNS, else 100 (pipetrain's commands pass the terminal's width, asked of the terminal).
+// $COLUMNS, else 100 (pipetrain's commands pass the terminal's width, asked of the terminal); at most 1000.
 inline std::string ascii_timeline(const std::vector<Event>& events, int P, int width = 0) {
     if (width <= 0) {
         const char* columns = std::getenv("COLUMNS");
-        width = columns && std::atoi(columns) > 0 ? std::atoi(columns) : 100;
+        const long n = columns ? std::strtol(columns, nullptr, 10) : 0;   // atoi wrapped 99999999999
+        width = n > 0 ? int(std::min(n, 1000L)) : 100;
     }
+    width = std::min(width, 1000);   // a chart a line of a terminal can show, not gigabytes
     auto prefix = [&](int r) {
         std::string n = std::to_string(r);
         return "rank " + std::string(std::to_string(std::max(P - 1, 0)).size() - n.size(), ' ') + n + " |";

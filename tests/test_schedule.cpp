@@ -543,8 +543,11 @@ TEST_CASE("ASCII chart and Chrome trace") {
     // Width 0: the terminal's, from $COLUMNS.
     setenv("COLUMNS", "64", 1);
     CHECK(ascii_timeline(r.events, 3).find('\n') == 64);
+    setenv("COLUMNS", "99999999999", 1);   // atoi wrapped it: gigabytes of chart, then bad_alloc
+    CHECK(ascii_timeline(r.events, 3).find('\n') == 1000);
     unsetenv("COLUMNS");
     CHECK(ascii_timeline(r.events, 3).find('\n') == 100);
+    CHECK(ascii_timeline(r.events, 3, 2147483647).find('\n') == 1000);
 
     std::string json = chrome_trace(r.events);
     CHECK(json.rfind("{\"traceEvents\":[", 0) == 0);

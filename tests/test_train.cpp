@@ -195,6 +195,18 @@ TEST_CASE("PIPETRAIN_PROFILE prints the time per op; bench-gemm checks its shape
     Run bad = run_cli("bench-gemm --shapes 64x48:nn");
     CHECK(bad.code != 0);
     CHECK(bad.out.find("--shapes: expected MxNxK:nn|nt|tn|tt items") != std::string::npos);
+    // sscanf's %d ran 4294967297 as 1 (and 4294967304x8x8 as 8x8x8); a product past memory ended
+    // in an allocation failure after the table's head.
+    for (const std::string& shape : {"4294967297x1x1:nn", "8x8x8:nt,1x-2x3:nn", "8x8x8:ntt", " 8x8x8:nn", "100000x100000x100000:nn"}) {
+        Run r = run_cli("bench-gemm --seconds 0.01 --shapes '" + shape + "'");
+        CAPTURE(shape);
+        CHECK(r.code == 1);
+        CHECK(r.out.find("--shapes: expected MxNxK:nn|nt|tn|tt items") != std::string::npos);
+        CHECK(r.out.find("GFLOP/s") == std::string::npos);   // refused before the table
+    }
+    // One tall product: the block search walked every block for each of M/256 candidates (89 s).
+    Run tall = run_command("timeout 60 " + std::string(PT_CLI) + " bench-gemm --seconds 0.01 --shapes 20000000x1x1:nn");
+    CHECK_MESSAGE(tall.code == 0, tall.out);
 }
 
 TEST_CASE("corpus training (causal) saves a model directory that reloads and scores bitwise the same") {

@@ -35,9 +35,9 @@ int terminal_columns() {
         winsize size{};
         if (isatty(fd) && ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
     }
-    const char* columns = std::getenv("COLUMNS");
-    int n = columns ? std::atoi(columns) : 0;
-    return n > 0 ? n : 100;
+    const char* columns = std::getenv("COLUMNS");   // atoi wrapped 99999999999 into gigabytes of chart
+    const long n = columns ? std::strtol(columns, nullptr, 10) : 0;
+    return n > 0 ? int(std::min(n, 1000L)) : 100;
 }
 
 std::string nearest_name(const std::string& word, const std::vector<std::string>& known) {

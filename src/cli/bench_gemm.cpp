@@ -1,5 +1,6 @@
 // src/cli/bench_gemm.cpp — `pipetrain bench-gemm`: GFLOP/s of ops::gemm on given shapes, for each
 // micro-kernel this CPU runs. scripts/bench_cpu.sh puts the numbers next to OpenBLAS's.
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "kernels/ops.hpp"
 #include "src/cli/args.hpp"
+#include "src/formats/io.hpp"
 #include "src/cli/commands.hpp"
 
 namespace pt {
@@ -23,23 +25,32 @@ struct Shape {
     bool ta, tb;
 };
 
-// "MxNxK:nt" (n = stored as op() reads it, t = transposed, for A then B), comma-separated.
+// "MxNxK:nt" (n = stored as op() reads it, t = transposed, for A then B), comma-separated. Each
+// size a plain decimal in [1, 2^31), each matrix at most 2^28 floats (1 GiB): sscanf's %d took
+// 4294967297 as 1, and a size past memory ended in an allocation failure after the table's head.
 std::vector<Shape> parse_shapes(const std::string& list) {
     std::vector<Shape> shapes;
-    size_t at = 0;
-    while (at <= list.size()) {
-        size_t end = list.find(',', at);
-        std::string s = list.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    for (const std::string& s : split(list, ',')) {
+        auto bad = [&](const std::string& why) {
+            return std::runtime_error("--shapes: expected MxNxK:nn|nt|tn|tt items, comma-separated, got \"" + s + "\"" + why);
+        };
+        const std::vector<std::string> parts = split(s, ':');
+        const std::vector<std::string> dims = split(parts[0], 'x');
+        if (parts.size() != 2 || dims.size() != 3 || parts[1].size() != 2) throw bad("");
+        int size[3];
+        for (int i = 0; i < 3; i++) {
+            const char* end = dims[i].data() + dims[i].size();
+            auto [ptr, ec] = std::from_chars(dims[i].data(), end, size[i]);
+            if (dims[i].empty() || ptr != end || ec != std::errc() || size[i] < 1) throw bad(" (sizes from 1 to 2147483647)");
+        }
         Shape sh{};
-        char a = 0, b = 0;
-        int used = 0;
-        if (std::sscanf(s.c_str(), "%dx%dx%d:%c%c%n", &sh.M, &sh.N, &sh.K, &a, &b, &used) != 5 || used != int(s.size()) ||
-            sh.M < 1 || sh.N < 1 || sh.K < 1 || (a != 'n' && a != 't') || (b != 'n' && b != 't'))
-            throw std::runtime_error("--shapes: expected MxNxK:nn|nt|tn|tt items, comma-separated, got \"" + s + "\"");
+        sh.M = size[0], sh.N = size[1], sh.K = size[2];
+        const char a = parts[1][0], b = parts[1][1];
+        if ((a != 'n' && a != 't') || (b != 'n' && b != 't')) throw bad("");
+        for (double floats : {double(sh.M) * sh.K, double(sh.K) * sh.N, double(sh.M) * sh.N})
+            if (floats > double(1 << 28)) throw bad(" (each matrix at most 2^28 floats, 1 GiB)");
         sh.ta = a == 't', sh.tb = b == 't';
         shapes.push_back(sh);
-        if (end == std::string::npos) break;
-        at = end + 1;
     }
     return shapes;
 }

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
         // An allocation that failed on a stage's thread arrives wrapped, naming its rank and action.
         std::string why = e.what();
         if (why.size() >= 14 && why.compare(why.size() - 14, 14, "std::bad_alloc") == 0)
-            why += ": out of memory (a smaller --batch or --seq, or more --micro-batches, needs less)";
+            why += cmd == "train" ? ": out of memory (a smaller --batch or --seq, or more --micro-batches, needs less)" : ": out of memory";
         // printable: a flag's value or a TEXT quoted in the message may hold control characters
         std::fprintf(stderr, "pipetrain %s: %s\n", pt::printable(cmd).c_str(), pt::printable(why).c_str());
         return 1;

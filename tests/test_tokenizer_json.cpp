@@ -29,8 +29,15 @@ std::string write_temp(const std::string& name, const std::string& text) {
     return path;
 }
 
+// A tokenizer.json text with BERT's normalizer and pre-tokenizer where it names none.
+std::string bert(std::string text) {
+    for (const char* step : {R"("pre_tokenizer": {"type": "BertPreTokenizer"}, )", R"("normalizer": {"type": "BertNormalizer"}, )"})
+        if (text.find(std::string(step).substr(0, 14)) == std::string::npos) text.insert(text.find('{') + 1, step);
+    return text;
+}
+
 std::string error_loading(const std::string& text) {
-    return test::error_of([&] { pt::vocab_from_tokenizer_json(write_temp("tokenizer.json", text)); });
+    return test::error_of([&] { pt::vocab_from_tokenizer_json(write_temp("tokenizer.json", bert(text))); });
 }
 
 }  // namespace
@@ -134,7 +141,19 @@ TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file 
     CHECK(error_loading(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})").find("expected a WordPiece tokenizer") != std::string::npos);
     // Keys of another type (fuzz_tokenizer_json: the JSON library's type_error escaped, not one line).
     CHECK(error_loading(R"({"model": {"type": 100, "vocab": {"a": 0}}})").find("expected a WordPiece tokenizer") != std::string::npos);
-    CHECK(error_loading(R"({"normalizer": {"type": 7, "lowercase": "no"}, )" + ok_model + "}") == "");
+    CHECK(error_loading(R"({"normalizer": {"type": 7, "lowercase": "no"}, )" + ok_model + "}").find("its normalizer is 7, not BertNormalizer") !=
+          std::string::npos);
+    // No normalizer, or another one, or no BERT pre-tokenizer: Hugging Face would keep case and
+    // CJK characters whole, or split words otherwise (a null normalizer was accepted).
+    auto raw = [&](const std::string& text) { return test::error_of([&] { pt::vocab_from_tokenizer_json(write_temp("tokenizer.json", text)); }); };
+    CHECK(raw("{" + ok_model + "}").find("its normalizer is null, not BertNormalizer") != std::string::npos);
+    CHECK(raw(R"({"normalizer": null, "pre_tokenizer": {"type": "BertPreTokenizer"}, )" + ok_model + "}").find("its normalizer is null") !=
+          std::string::npos);
+    CHECK(raw(R"({"normalizer": {"type": "NFKC"}, "pre_tokenizer": {"type": "BertPreTokenizer"}, )" + ok_model + "}")
+              .find("its normalizer is \"NFKC\", not BertNormalizer") != std::string::npos);
+    CHECK(raw(R"({"normalizer": {"type": "BertNormalizer"}, "pre_tokenizer": {"type": "Whitespace"}, )" + ok_model + "}")
+              .find("its pre_tokenizer is \"Whitespace\", not BertPreTokenizer") != std::string::npos);
+    CHECK(raw(bert("{" + ok_model + "}")) == "");
     CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": 0}, )" + ok_model + "}") == "");
     CHECK(error_loading(R"({"normalizer": {"type": "BertNormalizer", "lowercase": false}, )" + ok_model + "}")
               .find("keeps case") != std::string::npos);
@@ -188,7 +207,7 @@ TEST_CASE("a tokenizer.json pipetrain cannot follow is refused, naming the file 
     CHECK(added(R"([7])").find("has no \"content\" string") != std::string::npos);
     CHECK(added(R"({})").find("\"added_tokens\" must be an array") != std::string::npos);
     CHECK(error_loading("{\"model\": ").find("tokenizer.json: not valid JSON") != std::string::npos);
-    const std::string no_unk = write_temp("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})");
+    const std::string no_unk = write_temp("tokenizer.json", bert(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})"));
     CHECK(test::error_of([&] { pt::Tokenizer(pt::vocab_from_tokenizer_json(no_unk), no_unk); }).find("no [UNK]") !=
           std::string::npos);
 }
@@ -216,4 +235,47 @@ TEST_CASE("a trained model directory holds the tokenizer files; without vocab.tx
     Run none = test::run_cli("fill-mask --model " + out + " 床前明[MASK]光");
     CHECK(none.code == 1);
     CHECK(none.out.find(out + "/vocab.txt: missing (and no tokenizer.json)") != std::string::npos);
+}
+
+// Beside vocab.txt, a tokenizer.json that disagreed with it, or a tokenizer_config.json that keeps
+// case, was ignored: pipetrain read vocab.txt, transformers' fast tokenizer the other file, and
+// the same text got other ids. Now the directory is refused, naming the file that disagrees.
+TEST_CASE("a model directory's tokenizer files must agree: tokenizer.json with vocab.txt, tokenizer_config.json's case") {
+    const std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "床", "前", "明", "月", "光", "a\t9", "x", "x"};
+    const std::string dir = test::temp_dir("tokfiles");
+    const pt::TokenizerFiles f = pt::tokenizer_files(vocab, 512);
+    auto write_all = [&](const std::string& tokenizer_json, const std::string& config_json) {
+        pt::write_file_atomic(dir + "/tokenizer.json", tokenizer_json);
+        pt::write_file_atomic(dir + "/tokenizer_config.json", config_json);
+        std::string text;
+        for (const std::string& line : vocab) text += line + "\n";
+        pt::write_file_atomic(dir + "/vocab.txt", text);
+    };
+    auto check = [&] { return test::error_of([&] { pt::check_tokenizer_files(dir, vocab, dir + "/vocab.txt"); }); };
+    write_all(f.tokenizer_json, f.tokenizer_config_json);
+    CHECK(check() == "");   // what pipetrain writes agrees, a repeated token's later id included
+    json t = json::parse(f.tokenizer_json);
+    t["model"]["vocab"]["月"] = 7, t["model"]["vocab"]["明"] = 8;   // 月 and 明 swapped
+    write_all(t.dump(), f.tokenizer_config_json);
+    CHECK(check() == dir + "/tokenizer.json: gives \"月\" the id 7, " + dir + "/vocab.txt 8");
+    t = json::parse(f.tokenizer_json);
+    t["model"]["vocab"].erase("光");
+    write_all(t.dump(), f.tokenizer_config_json);
+    CHECK(check().find("tokenizer.json: holds 11 tokens, " + dir + "/vocab.txt 12") != std::string::npos);
+    t = json::parse(f.tokenizer_json);
+    t["normalizer"]["lowercase"] = false;
+    write_all(t.dump(), f.tokenizer_config_json);
+    CHECK(check().find("keeps case") != std::string::npos);
+    for (const char* key : {"do_lower_case", "tokenize_chinese_chars", "strip_accents"}) {
+        json c = json::parse(f.tokenizer_config_json);
+        c[key] = false;
+        write_all(f.tokenizer_json, c.dump());
+        CAPTURE(std::string(key));
+        CHECK(check() == dir + "/tokenizer_config.json: \"" + key + "\": false; pipetrain's tokenizer is BERT's uncased one "
+                                 "(lowercase, accents stripped, CJK characters split)");
+    }
+    // Without vocab.txt, tokenizer.json is the vocabulary: nothing to compare, the config still read.
+    write_all(f.tokenizer_json, f.tokenizer_config_json);
+    fs::remove(dir + "/vocab.txt");
+    CHECK(test::error_of([&] { pt::check_tokenizer_files(dir, pt::vocab_from_tokenizer_json(dir + "/tokenizer.json"), dir + "/tokenizer.json"); }) == "");
 }

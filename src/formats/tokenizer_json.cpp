@@ -1,5 +1,6 @@
 #include "src/formats/tokenizer_json.hpp"
 
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -40,7 +41,16 @@ std::map<std::string, int> ids_of(const std::vector<std::string>& lines, ojson& 
 void check_followable(const std::string& path, const nlohmann::json& j, const nlohmann::json& model) {
     using json = nlohmann::json;
     const json& norm = j.value("normalizer", json());
-    if (norm.is_object() && norm.value("type", json()) == "BertNormalizer") {
+    // Another normalizer (or none: no lowercasing, no CJK split) or pre-tokenizer gives Hugging
+    // Face other ids than pipetrain's for the same text.
+    auto type_of = [](const json& step) { return step.is_object() ? step.value("type", json()).dump() : step.dump(); };
+    if (!norm.is_object() || norm.value("type", json()) != "BertNormalizer")
+        fail(path, "its normalizer is " + type_of(norm) + ", not BertNormalizer: pipetrain's tokenizer is BERT's (lowercase, "
+                   "accents stripped, CJK characters split)");
+    const json& pre = j.value("pre_tokenizer", json());
+    if (!pre.is_object() || pre.value("type", json()) != "BertPreTokenizer")
+        fail(path, "its pre_tokenizer is " + type_of(pre) + ", not BertPreTokenizer: pipetrain's tokenizer splits words as BERT's");
+    {
         if (norm.value("lowercase", json(true)) == false)
             fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
         for (const std::string key : {"clean_text", "handle_chinese_chars", "strip_accents"})
@@ -133,7 +143,9 @@ TokenizerFiles tokenizer_files(const std::vector<std::string>& vocab_lines, int 
     return {tok.dump(2) + "\n", config.dump(2) + "\n", specials_map.dump(2) + "\n"};
 }
 
-std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
+namespace {
+// id -> token of a tokenizer.json that pipetrain can follow, or fail(path, why).
+std::map<int64_t, std::string> wordpiece_ids(const std::string& path) {
     using json = nlohmann::json;
     json j = parse_json(read_file(path), path);
     // value(key, json()) and ==: a key that holds another type compares unequal (value(key, "")
@@ -157,6 +169,12 @@ std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
     }
     if (by_id.empty()) fail(path, "its vocab is empty");
     check_added_tokens(path, j, by_id);
+    return by_id;
+}
+}  // namespace
+
+std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
+    const std::map<int64_t, std::string> by_id = wordpiece_ids(path);
     // Gaps come from tokens repeated in a vocab.txt: a few. An id far past the count would make
     // a vocabulary of placeholders (and could ask for gigabytes).
     if (uint64_t(by_id.rbegin()->first) >= 2 * by_id.size() + 16)
@@ -166,6 +184,31 @@ std::vector<std::string> vocab_from_tokenizer_json(const std::string& path) {
     for (size_t i = 0; i < lines.size(); i++) lines[i] = "[unused" + std::to_string(i) + "]";
     for (const auto& [i, token] : by_id) lines[size_t(i)] = token;
     return lines;
+}
+
+void check_tokenizer_files(const std::string& dir, const std::vector<std::string>& vocab_lines, const std::string& vocab_path) {
+    using json = nlohmann::json;
+    const std::string config = dir + "/tokenizer_config.json", tokenizer = dir + "/tokenizer.json";
+    if (std::filesystem::exists(config)) {   // read_file refuses a FIFO or a device, naming it
+        const json c = parse_json(read_file(config), config);
+        for (const char* key : {"do_lower_case", "tokenize_chinese_chars", "strip_accents"})
+            if (c.is_object() && c.value(key, json()) == false)
+                fail(config, std::string("\"") + key + "\": false; pipetrain's tokenizer is BERT's uncased one (lowercase, "
+                                                   "accents stripped, CJK characters split)");
+    }
+    if (vocab_path == tokenizer || !std::filesystem::exists(tokenizer)) return;
+    ojson unused = ojson::object();
+    const std::map<std::string, int> vocab = ids_of(vocab_lines, unused);   // token -> its last line
+    const std::map<int64_t, std::string> by_id = wordpiece_ids(tokenizer);
+    if (by_id.size() != vocab.size())
+        fail(tokenizer, "holds " + std::to_string(by_id.size()) + " tokens, " + vocab_path + " " + std::to_string(vocab.size()) +
+                            ": transformers' fast tokenizer reads this file, its slow one and pipetrain " + vocab_path);
+    for (const auto& [id, token] : by_id) {
+        auto it = vocab.find(token);
+        if (it == vocab.end() || it->second != id)
+            fail(tokenizer, "gives \"" + token + "\" the id " + std::to_string(id) + ", " + vocab_path + " " +
+                                (it == vocab.end() ? std::string("has no such token") : std::to_string(it->second)));
+    }
 }
 
 }  // namespace pt

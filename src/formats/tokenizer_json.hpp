@@ -24,5 +24,11 @@ TokenizerFiles tokenizer_files(const std::vector<std::string>& vocab_lines, int 
 // [MASK] at their vocab ids (or one of those missing from "added_tokens"). An id no token has (a
 // vocab.txt with a repeated token leaves one) becomes "[unused<ID>]", which no text tokenizes to.
 std::vector<std::string> vocab_from_tokenizer_json(const std::string& path);
+// A directory's tokenizer files must agree: transformers' fast tokenizer reads tokenizer.json, its
+// slow one vocab.txt and tokenizer_config.json, pipetrain vocab_path (its vocab.txt, or its
+// tokenizer.json when it has no vocab.txt). Refused, naming the file: a tokenizer.json whose ids are
+// not vocab.txt's (or that pipetrain cannot follow), a tokenizer_config.json that keeps case or
+// accents or leaves CJK characters whole.
+void check_tokenizer_files(const std::string& dir, const std::vector<std::string>& vocab_lines, const std::string& vocab_path);
 
 }  // namespace pt

@@ -2,9 +2,8 @@
 //
 // Every transfer of the step has been received by then, so these never meet one, though their
 // numbers are transfer tags too (pipeline.hpp's transfer_tag). The tied word embedding's two copies
-// (its gradients, then the check of its weights), and the gathers to rank 0: a layer's weights
-// (kTagLayer + the layer's index), a timeline, the clock errors and the moments' bytes (two tags each: a size, then the
-// bytes), the clocks' ping-pong.
+// (its gradients, then the check of its weights), ZeRO-1's, and the gathers to rank 0: a layer's weights
+// (kTagLayer + its index), a timeline, clock errors and moments' bytes (two tags each: a size, then the bytes), clocks.
 #pragma once
 
 namespace pt {

@@ -119,15 +119,22 @@ TEST_CASE("--zero 1 checkpoints: sharded moments that resume at --zero 0 and at 
 TEST_CASE("resume and --keep never lose or corrupt a checkpoint") {
     const std::string common = " --data " + fixture("text/sample_zh.txt") + " --steps 4 --batch 4 --seq 16 --seed 5 ";
     std::string b = temp_dir("ckpts");
-    // A checkpoint of another run, later than this one's: --keep 1 prunes this run's older
-    // checkpoints, never that one and never the newest of its own.
+    // A checkpoint of another run, later than this one's, in the --out a run continues in (--resume
+    // OUT/checkpoint-N: nothing there is cleared): --keep 1 prunes this run's older checkpoints,
+    // never that one and never the newest of its own.
+    REQUIRE(run_cli("train --preset tiny" + common + "--out " + b + " --save-every 1 --keep 10 --save-format paddle").code == 0);
     fs::create_directories(b + "/checkpoint-100");
-    Run saved = run_cli("train --preset tiny" + common + "--out " + b + " --save-every 1 --keep 1 --save-format paddle --overwrite");
+    Run saved = run_cli("train" + common + "--out " + b + " --resume " + b + "/checkpoint-2 --save-every 1 --keep 1");
     REQUIRE_MESSAGE(saved.code == 0, saved.out);
     CHECK(fs::exists(b + "/checkpoint-100"));
     CHECK(fs::exists(b + "/checkpoint-4/trainer_state.json"));
     CHECK(!fs::exists(b + "/checkpoint-3"));
-    fs::remove_all(b + "/checkpoint-100");
+    // A fresh run with --overwrite replaces what was there, that checkpoint too.
+    Run fresh = run_cli("train --preset tiny" + common + "--out " + b + " --save-every 1 --keep 1 --save-format paddle --overwrite");
+    REQUIRE_MESSAGE(fresh.code == 0, fresh.out);
+    CHECK(!fs::exists(b + "/checkpoint-100"));
+    CHECK(fs::exists(b + "/checkpoint-4/trainer_state.json"));
+    CHECK(!fs::exists(b + "/checkpoint-3"));
     // Saving into the checkpoint being resumed would overwrite it: refused, for it and inside it.
     std::string ckpt = b + "/checkpoint-4";
     std::string state = read_file(ckpt + "/trainer_state.json");

@@ -121,7 +121,7 @@ TEST_CASE("every PyTorch fixture imports, validates and simulates; Schedule1F1B'
                 CHECK(error_of([&] { pt::read_schedule_csv(path); }) ==
                       path + ":" + std::to_string(P) + ":" + std::to_string(column) + ": " + cell + ": micro-batch " +
                           std::to_string(M) + " out of range: stage 0 runs the forwards of micro-batches 0 to " +
-                          std::to_string(M - 1) + " (--micro-batches says otherwise)");
+                          std::to_string(M - 1) + " only");
                 refused++;
                 continue;
             }
@@ -258,6 +258,23 @@ TEST_CASE("a bad file: one line naming the file, line and column, and what is wr
           "bad.csv:2:2: 1RECV_F0: receives after 1F0 runs on this line");
     // Counts: --stages against the lines.
     CHECK(error_of_csv("0F0,0B0\n", {2, 0, 0, ""}) == "bad.csv: 1 line (one per rank), but --stages 2");
+    // Accepted before, or said wrong: a pair whose B needs its own F (simulated overlapped, a makespan
+    // below F + B), a transfer twice (one with nothing to match it), a micro-batch number past the
+    // limits (said as 1000000000, "0 to 4194304"), more rows than ranks, a V placement of one stage a
+    // rank (the simulation's "rank 0: missing F0.1", naming no file).
+    CHECK(error_of_csv("(0F0;0B0)OVERLAP_F_B\n") ==
+          "bad.csv:1:1: (0F0;0B0)OVERLAP_F_B: an overlapped pair of one micro-batch on one stage: its backward needs its forward's output");
+    CHECK(error_of_csv("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n").empty());
+    CHECK(error_of_csv("0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n") ==
+          "bad.csv:1:3: 0SEND_F0: the same transfer twice (first at line 1, column 2)");
+    CHECK(error_of_csv("0F0,0F99999999999999999999\n") ==
+          "bad.csv:1:2: 0F99999999999999999999: micro-batch number too large: at most 4096 micro-batches, as --micro-batches");
+    CHECK(error_of_csv("0F0,0F4096,0B0,0B4096\n") == "bad.csv:1:2: 0F4096: micro-batch 4096: at most 4096 micro-batches, as --micro-batches");
+    std::string rows;
+    for (int r = 0; r < 65; r++) rows += std::to_string(r) + "F0\n";
+    CHECK(error_of_csv(rows) == "bad.csv: 65 rows: at most 64 ranks, as --stages");
+    CHECK(error_of_csv("0F0,0B0\n1F0,1B0\n", {0, 0, 0, "v"}) ==
+          "bad.csv: --placement v: 2 stages on 2 ranks, one a rank; the V holds two a rank (4 stages)");
 }
 
 TEST_CASE("pipetrain schedule --import / --export, and their errors on one line") {

@@ -101,6 +101,8 @@ void parse_cell(const std::string& name, const std::string& text, int line, int 
             f.kind != Kind::F || (b.kind != Kind::B && b.kind != Kind::I))
             fail_at(name, c, "unknown action: an overlapped pair is (<stage>F<micro-batch>;<stage>B<micro-batch>)OVERLAP_F_B"
                              " (B or I)");
+        if (f.stage == b.stage && f.mb == b.mb)   // simulated overlapped, it ran in less than F + B
+            fail_at(name, c, "an overlapped pair of one micro-batch on one stage: its backward needs its forward's output");
         b.overlapped = true;
         row.push_back(f), row.push_back(b);
         return;
@@ -117,6 +119,7 @@ File parse_rows(const std::string& text, const std::string& name) {
         if (!l.empty() && l.back() == '\r') l.pop_back();   // csv.writer ends lines in CRLF
     while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
     if (lines.empty()) throw std::runtime_error(name + ": no rows: expected one row of actions per rank");
+    if (lines.size() > 64) throw std::runtime_error(name + ": " + std::to_string(lines.size()) + " rows: at most 64 ranks, as --stages");
     File f{name, std::vector<std::vector<Cell>>(lines.size()), {}};
     for (size_t r = 0; r < lines.size(); r++) {
         std::vector<std::string> cells = split(lines[r], ',');
@@ -165,6 +168,9 @@ pp::Layout choose_layout(const File& f, const CsvExpect& e) {
     pp::Layout loop{P, V, pp::Placement::loop}, vee{P, V, pp::Placement::vee};
     if (!e.placement.empty()) {
         pp::Layout given = e.placement == "v" ? vee : loop;
+        if (e.placement == "v" && V == 1)   // the V holds two stages a rank; the simulation then failed, naming no file
+            throw std::runtime_error(f.name + ": --placement v: " + std::to_string(top + 1) + " stages on " + count_of(P, "rank") +
+                                     ", one a rank; the V holds two a rank (" + std::to_string(2 * P) + " stages)");
         if (const Cell* c = misplaced(f, given)) fail_misplaced(f, *c, given, " (--placement " + e.placement + ")");
         return given;
     }
@@ -194,11 +200,14 @@ void check_microbatches(const File& f, const pp::Layout& layout, int M, bool giv
     std::map<std::tuple<int, Kind, int>, const Cell*> first;   // (stage, kind, micro-batch)
     for (const auto& row : f.rows)
         for (const Cell& c : row) {
+            if (c.mb >= 4096)   // digits() stops at kHuge: the number is said as written
+                fail_at(f.name, c, "micro-batch " + (c.mb >= kHuge ? "number too large" : std::to_string(c.mb)) +
+                                       ": at most 4096 micro-batches, as --micro-batches");
             if (c.mb >= M)
                 fail_at(f.name, c, "micro-batch " + std::to_string(c.mb) + " out of range: " +
                                        (given ? "--micro-batches " + std::to_string(M) + " (0 to " + std::to_string(M - 1) + ")"
                                               : "stage 0 runs the forwards of micro-batches 0 to " + std::to_string(M - 1) +
-                                                    " (--micro-batches says otherwise)"));
+                                                    " only"));
             if (!is_compute(c.kind)) continue;
             auto [it, fresh] = first.emplace(std::make_tuple(c.stage, c.kind, c.mb), &c);
             if (!fresh)
@@ -225,10 +234,15 @@ void check_microbatches(const File& f, const pp::Layout& layout, int M, bool giv
 // the peer stage is on another rank, and the other end is in the file. UNSHARD, RESHARD and
 // REDUCE_GRAD only need their stage on the line (choose_layout saw to it).
 void check_transfers(const File& f, const pp::Layout& layout) {
-    std::set<std::tuple<Kind, int, int>> posted;   // (kind, stage, micro-batch) of every transfer
+    std::map<std::tuple<Kind, int, int>, const Cell*> posted;   // (kind, stage, micro-batch) of every transfer
     for (const auto& row : f.rows)
         for (const Cell& c : row)
-            if (!is_compute(c.kind) && takes_microbatch(c.kind)) posted.insert({c.kind, c.stage, c.mb});
+            if (!is_compute(c.kind) && takes_microbatch(c.kind)) {
+                auto [it, fresh] = posted.emplace(std::make_tuple(c.kind, c.stage, c.mb), &c);
+                if (!fresh)   // one of the two would have nothing to match it
+                    fail_at(f.name, c, "the same transfer twice (first at line " + std::to_string(it->second->line) + ", column " +
+                                           std::to_string(it->second->column) + ")");
+            }
     for (size_t r = 0; r < f.rows.size(); r++) {
         std::set<std::tuple<bool, int, int>> done;   // (backward?, stage, micro-batch) run so far on this line
         for (const Cell& c : f.rows[r]) {
@@ -244,7 +258,7 @@ void check_transfers(const File& f, const pp::Layout& layout) {
                 fail_at(f.name, c, "stage " + std::to_string(peer) + " is on this rank too: nothing to transfer");
             if (send != done.count({!forward, c.stage, c.mb}))
                 fail_at(f.name, c, std::string(send ? "sends before " : "receives after ") + action + " runs on this line");
-            if (!posted.count({other, peer, c.mb}))
+            if (!posted.count(std::make_tuple(other, peer, c.mb)))
                 fail_at(f.name, c, "no " + cell_name(peer, other, c.mb) + " in the file to match it");
         }
     }

@@ -90,6 +90,10 @@ inline Schedule looped_bfs(int P, int M, int V) {
 // third of interleaved 1F1B's, with its peak stashes. (M = P leaves fewer BWs to fill with.)
 // V = 1 is ZB-H1.
 inline Schedule interleaved_zero_bubble(int P, int M, int V) {
+    if (P > 0 && M % P != 0)   // interleaved()'s own message would name the other schedule
+        throw std::invalid_argument("interleaved zero bubble: built on Megatron's interleaved order, it needs the number of "
+                                    "micro-batches M (" + std::to_string(M) + ") to be a multiple of the number of stages P (" +
+                                    std::to_string(P) + ")");
     std::vector<int> delay(P);
     for (int r = 0; r < P; r++) delay[r] = r;
     return detail::split_backward(interleaved(P, M, V), delay);

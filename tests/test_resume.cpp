@@ -52,6 +52,11 @@ TEST_CASE("save every 2 steps, resume from step 2: the same bits as 4 uninterrup
     // A checkpoint without its optimizer moments cannot resume exactly: refused.
     fs::remove(b + "/checkpoint-3/optimizer.safetensors");
     CHECK(run_cli("train" + common + "--out " + temp_dir("nomoments") + " --resume " + b + "/checkpoint-3").code != 0);
+    // 2 micro-batches in all on 3 replicas: it blamed --batch ("8 is not divisible by --dp × --micro-batches = 6").
+    Run three = run_cli("train --data " + fixture("text/sample_zh.txt") + " --dp 3 --out " + temp_dir("dp3") + " --resume " + b + "/checkpoint-4");
+    CHECK(three.code == 1);
+    CHECK(three.out.find("--dp: the checkpoint was trained with 2 micro-batches in all (--dp × --micro-batches), which 3 replicas "
+                         "cannot share evenly") != std::string::npos);
     Run seed = run_cli("train" + common + "--seed 6 --out " + temp_dir("seed") + " --resume " + b + "/checkpoint-4");
     CHECK(seed.code != 0);
     CHECK(seed.out.find("--seed") != std::string::npos);

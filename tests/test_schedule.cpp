@@ -401,6 +401,14 @@ TEST_CASE("every new schedule's simulated bubble and memory equal the formulas i
     CHECK_THROWS_AS(dualpipev(4, 7), std::invalid_argument);
     for (int P = 1; P <= 5; P++)
         for (int M = P; M <= 12; M += P) CHECK(interleaved_zero_bubble(P, M, 1) == zero_bubble_h1(P, M));
+    // Its own name in its error (it said "interleaved: Megatron's interleaved schedule needs ...").
+    std::string e;
+    try {
+        interleaved_zero_bubble(3, 8, 2);
+    } catch (const std::invalid_argument& x) {
+        e = x.what();
+    }
+    CHECK(e.rfind("interleaved zero bubble: built on Megatron's interleaved order, it needs the number of micro-batches M (8)", 0) == 0);
 }
 
 TEST_CASE("validate proves every schedule deadlock-free for P in {2, 4, 8} and every valid M") {

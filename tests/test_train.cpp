@@ -638,6 +638,9 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data /no/such/file.txt", "/no/such/file.txt"},
         {"train --preset tiny --data " + fixture("tokenizer/invalid_utf8.bin"), "invalid_utf8.bin line 2: invalid UTF-8"},
         {"train --preset tiny --data /dev/null", "/dev/null: not a regular file"},   // a device: never read
+        // It blamed --data, which was not given.
+        {"train --preset tiny --task classify --labels 2 --inputs " + fixture("ernie/ernie1-like/inputs.safetensors"),
+         "--inputs: a classifier (--task classify, or a model with num_labels) trains on a TSV (label<TAB>text_a) given with --data"},
         {"train --preset tiny --data " + fixture("text/empty.txt"), "empty.txt: no words to build a vocabulary from"},
         {"train --preset tiny --data " + kSample + " --steps many", "--steps"},
         {"train --preset tiny --data " + kSample + " --objective gpt", "--objective"},
@@ -850,6 +853,11 @@ TEST_CASE("--dry-run checks the flags and plans the pipeline, reading no data an
         CHECK_MESSAGE(dry.out.find(message) != std::string::npos, dry.out);
     }
     CHECK(run_cli("train --data " + kSample + " --steps 2 --out " + run + " --overwrite --dry-run").code == 0);
+    // A --trace in the --out the run makes: refused before ("the directory ... does not exist").
+    Run made = run_cli("train --preset tiny --data " + kSample + " --steps 1 --batch 4 --seq 16 --out " + out + " --trace " + out + "/t.json");
+    CHECK_MESSAGE(made.code == 0, made.out);
+    CHECK(fs::exists(out + "/t.json"));
+    fs::remove_all(out);
     CHECK(fs::exists(run + "/checkpoint-1"));   // a dry run removes nothing, --overwrite or not
     CHECK(!fs::exists(out));
 }

@@ -347,6 +347,9 @@ void resume_defaults(Args& a, const nlohmann::json& saved) {
     // Another --dp keeps the micro-batches in all: each replica gets its share of them.
     long long D = a.integer("--dp", 1, 1, 64);
     double all = saved_micro_batches(saved, D);
+    if (saved.contains("micro-batches") && !a.has("--micro-batches") && std::fmod(all, D) != 0)   // it then blamed --batch
+        throw std::runtime_error("--dp: the checkpoint was trained with " + json_number(all) + " micro-batches in all (--dp × "
+                                 "--micro-batches), which " + std::to_string(D) + " replicas cannot share evenly");
     if (saved.contains("micro-batches")) a.set_default("--micro-batches", json_number(std::fmod(all, D) == 0 ? all / D : all));
 }
 
@@ -423,8 +426,9 @@ void check_out_for_dry_run(const TrainRun& w, const Args& a) {
 }
 
 OutDir prepare_out(TrainRun& w, Args& a) {
-    for (const char* flag : {"--trace", "--dump-grads"})
-        if (a.has(flag)) check_output_path(a.str(flag), flag);
+    for (const char* flag : {"--trace", "--dump-grads"})   // in an --out made below: checked with it
+        if (a.has(flag) && !(canonical_path(a.str(flag)).parent_path() == canonical_path(w.out) && !std::filesystem::exists(w.out)))
+            check_output_path(a.str(flag), flag);
     check_side_outputs(w, a);
     for (const char* f : {"/model.safetensors", "/config.json", "/vocab.txt"})
         if (std::filesystem::is_directory(w.out + f)) check_output_path(w.out + f, "--out");

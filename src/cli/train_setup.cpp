@@ -126,7 +126,9 @@ Setup make_setup(const Args& a, bool training) {
             throw std::runtime_error("--labels: the model has " + std::to_string(s.cfg.num_labels) + " labels, not " +
                                      std::to_string(labels));
         s.cfg.num_labels = labels;
-        if (!has_data) throw std::runtime_error("--data: a classifier (--task classify, or a model with num_labels) reads a TSV (label<TAB>text_a)");
+        if (!has_data)
+            throw std::runtime_error("--inputs: a classifier (--task classify, or a model with num_labels) trains on a TSV "
+                                     "(label<TAB>text_a) given with --data, not on --inputs");
     }
     // A causal model says so in its config.json (is_decoder), so eval and a further run default to
     // it. A classifier never is one: it reads [CLS], which a causal mask would hide from the text.

@@ -238,6 +238,8 @@ TEST_CASE("--predict's flags: one line each for what is wrong") {
     };
     CHECK(error(kTiny + "--links 1,2,3").find("--links: expected W_US,W_GBPS,A_US,A_GBPS") != std::string::npos);
     CHECK(error(kTiny + "--links 1,0,3,4").find("bandwidths above 0") != std::string::npos);
+    CHECK(error(kTiny + "--links ' 1,2,3,4'").find("--links: expected W_US,W_GBPS,A_US,A_GBPS") != std::string::npos);   // was taken
+    CHECK(error("schedule --costs 0x10,1,1,0").find("--costs") != std::string::npos);   // was read as 16
     CHECK(error(kTiny + "--measured").find("--flops: not with --measured") != std::string::npos);
     CHECK(error("schedule --preset tiny").find("--preset: only with --predict") != std::string::npos);
     CHECK(error(kTiny + "--dp 3 --micro-batches 2 --batch 8").find("--batch: 8 rows do not split into --dp 3 × --micro-batches 2") !=

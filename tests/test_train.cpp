@@ -638,6 +638,10 @@ TEST_CASE("bad flags: one-line error, non-zero exit, nothing written") {
         {"train --preset tiny --data /no/such/file.txt", "/no/such/file.txt"},
         {"train --preset tiny --data " + fixture("tokenizer/invalid_utf8.bin"), "invalid_utf8.bin line 2: invalid UTF-8"},
         {"train --preset tiny --data /dev/null", "/dev/null: not a regular file"},   // a device: never read
+        // strtod and strtoll took leading spaces and hexadecimal: " 2" passed where "2 " failed.
+        {"train --preset tiny --data " + kSample + " --steps ' 2'", "--steps: expected an integer, got \" 2\""},
+        {"train --preset tiny --data " + kSample + " --lr 0x1p-10", "--lr: expected a number, got \"0x1p-10\""},
+        {"train --preset tiny --data " + kSample + " --lr ' 1e-3'", "--lr: expected a number"},
         // It blamed --data, which was not given.
         {"train --preset tiny --task classify --labels 2 --inputs " + fixture("ernie/ernie1-like/inputs.safetensors"),
          "--inputs: a classifier (--task classify, or a model with num_labels) trains on a TSV (label<TAB>text_a) given with --data"},

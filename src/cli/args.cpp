@@ -1,4 +1,5 @@
 #include "src/cli/args.hpp"
+#include "src/formats/io.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -99,7 +100,7 @@ long long Args::integer(const std::string& flag, long long fallback, long long m
     char* end = nullptr;
     errno = 0;
     long long v = std::strtoll(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || errno == ERANGE)
+    if (!plain_decimal(it->second) || it->second.find_first_of(".eE") != std::string::npos || *end != '\0' || errno == ERANGE)
         throw std::runtime_error(flag + ": expected an integer, got \"" + it->second + "\"");
     if (v < min || v > max)
         throw std::runtime_error(flag + ": must be between " + std::to_string(min) + " and " + std::to_string(max) +
@@ -113,7 +114,7 @@ double Args::real(const std::string& flag, double fallback, double min, double m
     char* end = nullptr;
     errno = 0;
     double v = std::strtod(it->second.c_str(), &end);
-    if (it->second.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    if (!plain_decimal(it->second) || *end != '\0' || errno == ERANGE || !std::isfinite(v))
         throw std::runtime_error(flag + ": expected a number, got \"" + it->second + "\"");
     if (v < min || v > max) {
         char range[96];

@@ -164,12 +164,16 @@ std::vector<std::string> split(std::string_view s, char sep) {
     }
 }
 
+bool plain_decimal(std::string_view s) {
+    return !s.empty() && s.find_first_not_of("0123456789+-.eE") == std::string_view::npos;
+}
+
 std::vector<double> numbers(std::string_view s, double max) {
     std::vector<double> out;
     for (const std::string& x : split(s, ',')) {
         char* end = nullptr;
         double v = std::strtod(x.c_str(), &end);
-        if (x.empty() || *end != '\0' || !(v >= 0 && v <= max)) return {};
+        if (!plain_decimal(x) || *end != '\0' || !(v >= 0 && v <= max)) return {};
         out.push_back(v);
     }
     return out;

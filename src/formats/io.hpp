@@ -46,6 +46,9 @@ void refuse_special_output(const std::string& path);
 std::FILE* open_output(const std::string& path, bool append);
 // Every field between separators, empty ones included: "a,,b," is {"a", "", "b", ""}.
 std::vector<std::string> split(std::string_view s, char sep);
+// Whether s is written as a plain decimal number: digits, a sign, a point, an exponent (strtod also
+// takes leading spaces, hexadecimal, "inf" and "nan", so " 2" passed where "2 " failed).
+bool plain_decimal(std::string_view s);
 // The fields of a comma-separated list as numbers, each in [0, max]; empty if any field is not one.
 std::vector<double> numbers(std::string_view s, double max);
 

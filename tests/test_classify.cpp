@@ -92,6 +92,16 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     CHECK(with_b.find(" | 这家酒店很好 | 房间很脏") != std::string::npos);
     CHECK(alone == one.out);   // an empty text_b: the text alone
     CHECK(with_b.substr(0, with_b.find(" | 这家")) != alone.substr(0, alone.find(" | 这家")));   // other probabilities
+    // An empty TEXT, a blank line, a text past --seq (cut silently before; now said on stderr).
+    Run blank = run_cli("classify --model " + out + " 这家酒店很好 '  '");
+    CHECK(blank.code == 1);
+    CHECK(blank.out.find("TEXT 2: empty: nothing to classify") != std::string::npos);
+    std::ofstream(out + "/blank.txt") << "这家酒店很好\n  \t\n房间很脏\n";
+    CHECK(run_cli("classify --model " + out + " --file " + out + "/blank.txt").out == two.out);
+    Run cut8 = run_cli("classify --model " + out + " --seq 8 这家酒店很好房间很脏");
+    CHECK(cut8.code == 0);
+    CHECK(cut8.out.find("note: TEXT 1: 12 tokens with [CLS] and [SEP], cut to --seq 8 (the longer text first)") != std::string::npos);
+    CHECK(one.out.find("note:") == std::string::npos);
     std::ofstream(out + "/empty.txt") << "\n\n";
     Run empty = run_cli("classify --model " + out + " --file " + out + "/empty.txt");
     CHECK(empty.code != 0);

@@ -222,14 +222,18 @@ struct ToClassify {
 };
 std::vector<ToClassify> texts_to_classify(const Args& a) {
     std::vector<ToClassify> texts;
-    for (size_t i = 0; i < a.positional().size(); i++) texts.push_back({"TEXT " + std::to_string(i + 1), a.positional()[i], ""});
+    const auto blank = [](const std::string& t) { return t.find_first_not_of(" \t\r\v\f") == std::string::npos; };
+    for (size_t i = 0; i < a.positional().size(); i++) {
+        if (blank(a.positional()[i])) throw std::runtime_error("TEXT " + std::to_string(i + 1) + ": empty: nothing to classify");
+        texts.push_back({"TEXT " + std::to_string(i + 1), a.positional()[i], ""});
+    }
     if (!a.has("--file")) return texts;
     std::vector<std::string> lines = read_lines(a.str("--file"));
     std::vector<std::string> header = lines.empty() ? std::vector<std::string>{} : split(lines[0], '\t');
     const auto column_a = std::find(header.begin(), header.end(), "text_a"), column_b = std::find(header.begin(), header.end(), "text_b");
     bool tsv = column_a != header.end();
     for (size_t i = tsv; i < lines.size(); i++) {
-        if (lines[i].empty()) continue;
+        if (blank(lines[i])) continue;   // a blank line, spaces only or none
         std::string where = a.str("--file") + ": line " + std::to_string(i + 1);
         std::vector<std::string> cols = split(lines[i], '\t');
         if (tsv && cols.size() != header.size())
@@ -267,6 +271,11 @@ int classify_main(const std::vector<std::string>& argv) {
         try {
             Tokenizer::Encoded enc = tok.encode_pair(text.a, text.b, T);
             e.ids = enc.input_ids, e.types = enc.token_type_ids;
+            // Cut as training cuts (the longer text first), as a pipeline with truncation does; said.
+            const size_t whole = tok.encode(text.a).size() + (text.b.empty() ? 2 : tok.encode(text.b).size() + 3);
+            if (whole > size_t(T))
+                std::fprintf(stderr, "note: %s: %zu tokens with [CLS] and [SEP], cut to --seq %d (the longer text first)\n",
+                             printable(text.where).c_str(), whole, T);
         } catch (const std::exception& ex) {
             throw std::runtime_error(text.where + ": " + ex.what());
         }

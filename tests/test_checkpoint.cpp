@@ -482,6 +482,10 @@ TEST_CASE("config.json: each value no model can have is refused, naming the file
         {"\"intermediate_size\": 208", "\"intermediate_size\": 50000000", "intermediate_size 50000000 × hidden_size 52 is more than 2^31"},
         {"\"model_type\": \"ernie\"", "\"num_labels\": 1", "num_labels must be 0 (no classifier) or at least 2"},
         {"\"model_type\": \"ernie\"", "\"is_decoder\": \"yes\"", "\"is_decoder\" must be true/false"},
+        // Loaded as ERNIE before: another architecture with BERT's keys, a multi-label classifier.
+        {"\"model_type\": \"ernie\"", "\"model_type\": \"roberta\"", "\"model_type\": \"roberta\": pipetrain reads ERNIE and BERT models"},
+        {"\"model_type\": \"ernie\"", "\"problem_type\": \"multi_label_classification\"",
+         "\"problem_type\": \"multi_label_classification\": pipetrain's classifier is single-label"},
     };
     for (const Row& r : rows) {
         std::string text = valid;

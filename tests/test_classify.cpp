@@ -102,6 +102,17 @@ TEST_CASE("a 2-stage pipeline fine-tunes a sentiment classifier above chance; ev
     CHECK(cut8.code == 0);
     CHECK(cut8.out.find("note: TEXT 1: 12 tokens with [CLS] and [SEP], cut to --seq 8 (the longer text first)") != std::string::npos);
     CHECK(one.out.find("note:") == std::string::npos);
+    {   // id2label keys that name no label were passed over (LABEL_n printed)
+        const std::string config = read_file(out + "/config.json");
+        std::string bad = config;
+        bad.replace(bad.find("\"1\": \"LABEL_1\""), 16, "\"one\": \"LABEL_1\"");
+        std::ofstream(out + "/config.json") << bad;
+        std::filesystem::remove(out + "/pipetrain_manifest.json");   // edited by hand
+        Run named = run_cli("classify --model " + out + " 这家酒店很好");
+        CHECK(named.code == 1);
+        CHECK(named.out.find("config.json: \"id2label\": \"one\": expected label numbers 0 to 1, each with a name") != std::string::npos);
+        std::ofstream(out + "/config.json") << config;
+    }
     std::ofstream(out + "/empty.txt") << "\n\n";
     Run empty = run_cli("classify --model " + out + " --file " + out + "/empty.txt");
     CHECK(empty.code != 0);

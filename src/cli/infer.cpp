@@ -205,7 +205,16 @@ namespace {
 // may name them), LABEL_i where it has none.
 std::vector<std::string> label_names(const std::string& dir, int num_labels) {
     std::vector<std::string> names;
-    nlohmann::json config = parse_json(read_file(dir + "/config.json"), dir + "/config.json");
+    const std::string path = dir + "/config.json";
+    nlohmann::json config = parse_json(read_file(path), path);
+    if (config.contains("id2label") && config["id2label"].is_object())   // a key that names no label was passed over
+        for (const auto& item : config["id2label"].items()) {
+            const std::string& k = item.key();
+            const bool number = !k.empty() && k.size() < 10 && k.find_first_not_of("0123456789") == std::string::npos;
+            if (!number || std::stoi(k) >= num_labels || !item.value().is_string())
+                fail(path, "\"id2label\": \"" + k + "\": expected label numbers 0 to " + std::to_string(num_labels - 1) +
+                               ", each with a name");
+        }
     for (int i = 0; i < num_labels; i++) {
         std::string key = std::to_string(i);
         bool named = config.contains("id2label") && config["id2label"].is_object() && config["id2label"].contains(key) &&

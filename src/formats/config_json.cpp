@@ -143,6 +143,13 @@ ModelConfig config_from_json(json j, const std::string& source) {
     }
     if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
         throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
+    // Another architecture with BERT's keys (RoBERTa counts positions from 2, GPT-2 is pre-norm)
+    // loaded as ERNIE: other outputs, silently. A classifier here is single-label (softmax).
+    if (j.contains("model_type") && j["model_type"] != "ernie" && j["model_type"] != "bert")
+        throw std::runtime_error(source + ": \"model_type\": " + j["model_type"].dump() + ": pipetrain reads ERNIE and BERT models");
+    if (j.contains("problem_type") && !j["problem_type"].is_null() && j["problem_type"] != "single_label_classification")
+        throw std::runtime_error(source + ": \"problem_type\": " + j["problem_type"].dump() +
+                                 ": pipetrain's classifier is single-label (a softmax over the labels)");
     if (j.contains("num_labels")) get_int("num_labels", c.num_labels, true);
     else if (j.contains("num_classes")) get_int("num_classes", c.num_labels, true);
     else if (names_a_classifier(j)) c.num_labels = j.contains("id2label") ? int(j["id2label"].size()) : 2;

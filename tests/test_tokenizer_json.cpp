@@ -279,3 +279,17 @@ TEST_CASE("a model directory's tokenizer files must agree: tokenizer.json with v
     fs::remove(dir + "/vocab.txt");
     CHECK(test::error_of([&] { pt::check_tokenizer_files(dir, pt::vocab_from_tokenizer_json(dir + "/tokenizer.json"), dir + "/tokenizer.json"); }) == "");
 }
+
+// tokenize --vocab with a tokenizer.json read it as a vocab.txt ("vocab has no [UNK] token").
+TEST_CASE("tokenize --vocab takes a tokenizer.json as it takes a vocab.txt") {
+    const std::string vocab = test::fixture("tokenizer/vocab.txt");
+    pt::Tokenizer direct = pt::Tokenizer::from_file(vocab);
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < direct.size(); i++) lines.push_back(direct.token(int32_t(i)));
+    const std::string json_path = write_temp("tokenizer.json", pt::tokenizer_files(lines, 512).tokenizer_json);
+    const std::string input = test::fixture("tokenizer/input.txt");
+    Run a = test::run_cli("tokenize --vocab " + vocab + " --ids --file " + input);
+    Run b = test::run_cli("tokenize --vocab " + json_path + " --ids --file " + input);
+    REQUIRE_MESSAGE(b.code == 0, b.out);
+    CHECK(a.out == b.out);
+}

@@ -207,6 +207,11 @@ TEST_CASE("PIPETRAIN_PROFILE prints the time per op; bench-gemm checks its shape
     // One tall product: the block search walked every block for each of M/256 candidates (89 s).
     Run tall = run_command("timeout 60 " + std::string(PT_CLI) + " bench-gemm --seconds 0.01 --shapes 20000000x1x1:nn");
     CHECK_MESSAGE(tall.code == 0, tall.out);
+    // bench-pipeline names the one condition a skipped schedule fails ("needs 4 layers (has 6), M >= 2P").
+    Run skip = run_cli("bench-pipeline --stages 2 --schedules dualpipev,interleaved --micro-batches 3 --batch 6 --steps 1 --reps 1");
+    CHECK_MESSAGE(skip.code == 0, skip.out);
+    CHECK(skip.out.find("dualpipev      skipped: needs M >= 2P (M 3, P 2)") != std::string::npos);
+    CHECK(skip.out.find("interleaved    skipped: needs M a multiple of P (M 3, P 2)") != std::string::npos);
 }
 
 TEST_CASE("corpus training (causal) saves a model directory that reloads and scores bitwise the same") {

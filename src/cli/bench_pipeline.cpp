@@ -205,10 +205,14 @@ void bench_stages(std::vector<BenchRow>& rows, const ModelConfig& cfg, const std
     int shown = 0;   // the V whose split was printed last
     for (const std::string& name : P == 1 ? std::vector<std::string>{"1f1b"} : schedules) {
         int V = chunks_of(name, chunks), S = P * V;
-        if (S > int(totals.size()) || (name == "dualpipev" && M < 2 * P) ||
-            ((name == "interleaved" || name == "interleaved-zb") && M % P != 0)) {
-            std::printf("  %-14s skipped: needs %d layers (has %zu)%s\n", name.c_str(), S, totals.size(),
-                        name == "dualpipev" ? ", M >= 2P" : name.find("interleaved") == 0 ? ", M a multiple of P" : "");
+        // Why it cannot run here: only the condition that fails (both conditions were printed).
+        std::string why = S > int(totals.size()) ? "needs " + std::to_string(S) + " layers (has " + std::to_string(totals.size()) + ")"
+                          : name == "dualpipev" && M < 2 * P ? "needs M >= 2P (M " + std::to_string(M) + ", P " + std::to_string(P) + ")"
+                          : (name == "interleaved" || name == "interleaved-zb") && M % P != 0
+                              ? "needs M a multiple of P (M " + std::to_string(M) + ", P " + std::to_string(P) + ")"
+                              : "";
+        if (!why.empty()) {
+            std::printf("  %-14s skipped: %s\n", name.c_str(), why.c_str());
             continue;
         }
         std::vector<int> bounds = pp::partition(totals, S);

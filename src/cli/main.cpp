@@ -59,7 +59,7 @@ const char* kUsage =
     "             onnxruntime-web copied from NODE_MODULES, nothing fetched); defaults: --task-type 0\n"
     "             ODIR: new or empty, never --model's own; --overwrite replaces a full one whole (written beside it,\n"
     "             then renamed into place: a failed export leaves nothing)\n"
-    "  tokenize   --vocab FILE [--ids] (TEXT | --file F)\n"
+    "  tokenize   --vocab FILE [--ids] (TEXT | --file F)   FILE: a vocab.txt, or a tokenizer.json\n"
     "  vocab      --data F --out vocab.txt [--size N]   defaults: --size 8000\n"
     "  schedule   [--stages P] [--micro-batches M] [--schedule S|auto] [--chunks V] [--costs f,bi,bw,comm]\n"
     "             [--memory-cap STASHES (auto)] [--overlap] [--trace F] [--svg F.svg]\n"

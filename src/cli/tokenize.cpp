@@ -9,6 +9,7 @@
 #include "src/cli/commands.hpp"
 #include "src/formats/io.hpp"
 #include "src/formats/tokenizer.hpp"
+#include "src/formats/tokenizer_json.hpp"
 
 namespace pt {
 
@@ -20,7 +21,9 @@ int tokenize_main(const std::vector<std::string>& argv) {
     if (a.positional().size() > 1) throw std::runtime_error("TEXT: more than one argument (quote the text)");
     bool have_text = a.positional().size() == 1;
     if (have_text == a.has("--file")) throw std::runtime_error("TEXT / --file: give exactly one of them");
-    Tokenizer tok = Tokenizer::from_file(a.required("--vocab"));
+    const std::string vocab = a.required("--vocab");   // a tokenizer.json was read as a vocab.txt ("no [UNK]")
+    const bool json = vocab.size() >= 5 && vocab.compare(vocab.size() - 5, 5, ".json") == 0;
+    Tokenizer tok = json ? Tokenizer(vocab_from_tokenizer_json(vocab), vocab) : Tokenizer::from_file(vocab);
     std::string source = have_text ? "TEXT" : a.str("--file");
     std::vector<std::string> lines = have_text ? split_lines(a.positional()[0]) : read_lines(source);
     if (have_text && lines.empty()) lines.emplace_back();   // an empty TEXT is one empty input

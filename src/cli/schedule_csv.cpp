@@ -200,7 +200,7 @@ void check_microbatches(const File& f, const pp::Layout& layout, int M, bool giv
     std::map<std::tuple<int, Kind, int>, const Cell*> first;   // (stage, kind, micro-batch)
     for (const auto& row : f.rows)
         for (const Cell& c : row) {
-            if (c.mb >= 4096)   // digits() stops at kHuge: the number is said as written
+            if (c.mb >= 4096)   // digits() caps a longer number at kHuge: said "too large", not as kHuge
                 fail_at(f.name, c, "micro-batch " + (c.mb >= kHuge ? "number too large" : std::to_string(c.mb)) +
                                        ": at most 4096 micro-batches, as --micro-batches");
             if (c.mb >= M)

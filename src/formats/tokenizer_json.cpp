@@ -50,13 +50,11 @@ void check_followable(const std::string& path, const nlohmann::json& j, const nl
     const json& pre = j.value("pre_tokenizer", json());
     if (!pre.is_object() || pre.value("type", json()) != "BertPreTokenizer")
         fail(path, "its pre_tokenizer is " + type_of(pre) + ", not BertPreTokenizer: pipetrain's tokenizer splits words as BERT's");
-    {
-        if (norm.value("lowercase", json(true)) == false)
-            fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
-        for (const std::string key : {"clean_text", "handle_chinese_chars", "strip_accents"})
-            if (norm.value(key, json()) == false)
-                fail(path, "its normalizer has \"" + key + "\": false; pipetrain's tokenizer does it, as BERT's uncased ones do");
-    }
+    if (norm.value("lowercase", json(true)) == false)
+        fail(path, "its normalizer keeps case (\"lowercase\": false); pipetrain's tokenizer lowercases (uncased models only)");
+    for (const std::string key : {"clean_text", "handle_chinese_chars", "strip_accents"})
+        if (norm.value(key, json()) == false)
+            fail(path, "its normalizer has \"" + key + "\": false; pipetrain's tokenizer does it, as BERT's uncased ones do");
     const std::pair<std::string, json> wordpiece[] = {
         {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"}, {"max_input_chars_per_word", 100}};
     for (const auto& [key, want] : wordpiece)

@@ -29,6 +29,14 @@ std::string write_temp(const std::string& name, const std::string& text) {
     return path;
 }
 
+// The tokenizer fixture's vocab.txt as the tokenizer.json pipetrain writes for it: its path.
+std::string fixture_tokenizer_json() {
+    pt::Tokenizer direct = pt::Tokenizer::from_file(test::fixture("tokenizer/vocab.txt"));
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < direct.size(); i++) lines.push_back(direct.token(int32_t(i)));
+    return write_temp("tokenizer.json", pt::tokenizer_files(lines, 512).tokenizer_json);
+}
+
 // A tokenizer.json text with BERT's normalizer and pre-tokenizer where it names none.
 std::string bert(std::string text) {
     for (const char* step : {R"("pre_tokenizer": {"type": "BertPreTokenizer"}, )", R"("normalizer": {"type": "BertNormalizer"}, )"})
@@ -115,11 +123,8 @@ TEST_CASE("a million-token vocabulary is written in linear time, every token wit
 }
 
 TEST_CASE("the fixture vocabulary through tokenizer.json tokenizes every fixture line id for id as vocab.txt does") {
-    const std::string vocab_path = test::fixture("tokenizer/vocab.txt");
-    pt::Tokenizer direct = pt::Tokenizer::from_file(vocab_path);
-    std::vector<std::string> lines;
-    for (size_t i = 0; i < direct.size(); i++) lines.push_back(direct.token(int32_t(i)));
-    const std::string path = write_temp("tokenizer.json", pt::tokenizer_files(lines, 512).tokenizer_json);
+    pt::Tokenizer direct = pt::Tokenizer::from_file(test::fixture("tokenizer/vocab.txt"));
+    const std::string path = fixture_tokenizer_json();
     pt::Tokenizer via_json(pt::vocab_from_tokenizer_json(path), path);
     CHECK(via_json.size() == direct.size());
     int checked = 0;
@@ -282,11 +287,7 @@ TEST_CASE("a model directory's tokenizer files must agree: tokenizer.json with v
 
 // tokenize --vocab with a tokenizer.json read it as a vocab.txt ("vocab has no [UNK] token").
 TEST_CASE("tokenize --vocab takes a tokenizer.json as it takes a vocab.txt") {
-    const std::string vocab = test::fixture("tokenizer/vocab.txt");
-    pt::Tokenizer direct = pt::Tokenizer::from_file(vocab);
-    std::vector<std::string> lines;
-    for (size_t i = 0; i < direct.size(); i++) lines.push_back(direct.token(int32_t(i)));
-    const std::string json_path = write_temp("tokenizer.json", pt::tokenizer_files(lines, 512).tokenizer_json);
+    const std::string vocab = test::fixture("tokenizer/vocab.txt"), json_path = fixture_tokenizer_json();
     const std::string input = test::fixture("tokenizer/input.txt");
     Run a = test::run_cli("tokenize --vocab " + vocab + " --ids --file " + input);
     Run b = test::run_cli("tokenize --vocab " + json_path + " --ids --file " + input);

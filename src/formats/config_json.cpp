@@ -90,6 +90,19 @@ bool names_a_classifier(const json& j) {
             classifier |= a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos;
     return classifier;
 }
+
+// What pipetrain computes: ERNIE's (BERT's) encoder with absolute positions, a single-label head.
+// Another architecture with BERT's keys (RoBERTa counts positions from 2, GPT-2 is pre-norm), or a
+// multi-label problem, loaded as ERNIE gave other outputs, silently.
+void check_architecture(const json& j, const std::string& source) {
+    if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
+        throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
+    if (j.contains("model_type") && j["model_type"] != "ernie" && j["model_type"] != "bert")
+        throw std::runtime_error(source + ": \"model_type\": " + j["model_type"].dump() + ": pipetrain reads ERNIE and BERT models");
+    if (j.contains("problem_type") && !j["problem_type"].is_null() && j["problem_type"] != "single_label_classification")
+        throw std::runtime_error(source + ": \"problem_type\": " + j["problem_type"].dump() +
+                                 ": pipetrain's classifier is single-label (a softmax over the labels)");
+}
 }  // namespace
 
 ModelConfig config_from_json(json j, const std::string& source) {
@@ -141,15 +154,7 @@ ModelConfig config_from_json(json j, const std::string& source) {
         if (!j["is_decoder"].is_boolean()) throw std::runtime_error(source + ": \"is_decoder\" must be true/false");
         c.is_decoder = j["is_decoder"].get<bool>();
     }
-    if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
-        throw std::runtime_error(source + ": position_embedding_type must be \"absolute\"");
-    // Another architecture with BERT's keys (RoBERTa counts positions from 2, GPT-2 is pre-norm)
-    // loaded as ERNIE: other outputs, silently. A classifier here is single-label (softmax).
-    if (j.contains("model_type") && j["model_type"] != "ernie" && j["model_type"] != "bert")
-        throw std::runtime_error(source + ": \"model_type\": " + j["model_type"].dump() + ": pipetrain reads ERNIE and BERT models");
-    if (j.contains("problem_type") && !j["problem_type"].is_null() && j["problem_type"] != "single_label_classification")
-        throw std::runtime_error(source + ": \"problem_type\": " + j["problem_type"].dump() +
-                                 ": pipetrain's classifier is single-label (a softmax over the labels)");
+    check_architecture(j, source);
     if (j.contains("num_labels")) get_int("num_labels", c.num_labels, true);
     else if (j.contains("num_classes")) get_int("num_classes", c.num_labels, true);
     else if (names_a_classifier(j)) c.num_labels = j.contains("id2label") ? int(j["id2label"].size()) : 2;

@@ -178,33 +178,41 @@ void Watchdog::supervise() {
             // for a lock the stopped rank holds (then the last resort ends the process 2 s later).
             write_headline(stuck, first_rank_, limits);
             arm_last_resort(2, "  (no more detail: a stopped thread holds a lock the report needs)\n");
-            std::string report;
-            bool computing = false;   // a stuck rank inside an action, not waiting for a transfer
-            for (int r = 0; r < size_; r++) {
-                const Rank& k = ranks_[r];
-                std::string line = "  rank " + std::to_string(first_rank_ + r) + ": ";
-                if (k.left) {
-                    line += k.error.empty() ? "finished" : "failed: " + k.error;
-                } else if (!k.entered) {
-                    line += "not started";
-                } else {
-                    int step = k.step.load(std::memory_order_relaxed);
-                    const char* phase = k.phase.load(std::memory_order_relaxed);
-                    if (step >= 0) line += "step " + std::to_string(step) + ", ";
-                    if (phase) line += std::string(phase) + ", ";
-                    if (k.pipeline) line += "pipeline " + k.pipeline->where() + ", ";
-                    computing |= stuck[size_t(r)] && k.pipeline && k.pipeline->where().rfind("action", 0) == 0;
-                    line += "no progress for " + seconds(std::chrono::duration<double>(now - since[r]).count());
-                }
-                report += line + "\n";
-            }
-            if (computing)   // a hang there, or one action that computes for longer than the timeout
-                report += "  (inside an action, not waiting for a message: if its compute is that long (a very large "
-                          "batch or sequence), a longer timeout lets it finish)\n";
-            fire(report);
+            std::vector<double> idle_s(size_t(size_), 0.0);
+            for (int r = 0; r < size_; r++) idle_s[size_t(r)] = std::chrono::duration<double>(now - since[r]).count();
+            fire(rank_report(stuck, idle_s));
         }
         left_.wait_for(lock, std::chrono::milliseconds(100));
     }
+}
+
+// A line a rank (its step, phase and last actions, or how it ended), and where a stuck rank is
+// inside an action, not waiting for a message, that its compute may simply be that long.
+std::string Watchdog::rank_report(const std::vector<char>& stuck, const std::vector<double>& idle_s) const {
+    std::string report;
+    bool computing = false;
+    for (int r = 0; r < size_; r++) {
+        const Rank& k = ranks_[r];
+        std::string line = "  rank " + std::to_string(first_rank_ + r) + ": ";
+        if (k.left) {
+            line += k.error.empty() ? "finished" : "failed: " + k.error;
+        } else if (!k.entered) {
+            line += "not started";
+        } else {
+            int step = k.step.load(std::memory_order_relaxed);
+            const char* phase = k.phase.load(std::memory_order_relaxed);
+            if (step >= 0) line += "step " + std::to_string(step) + ", ";
+            if (phase) line += std::string(phase) + ", ";
+            if (k.pipeline) line += "pipeline " + k.pipeline->where() + ", ";
+            computing |= stuck[size_t(r)] && k.pipeline && k.pipeline->where().rfind("action", 0) == 0;
+            line += "no progress for " + seconds(idle_s[size_t(r)]);
+        }
+        report += line + "\n";
+    }
+    if (computing)   // a hang there, or one action that computes for longer than the timeout
+        report += "  (inside an action, not waiting for a message: if its compute is that long (a very large "
+                  "batch or sequence), a longer timeout lets it finish)\n";
+    return report;
 }
 
 // The stuck thread never returns, so nothing may wait for it: no join, no static destructors,

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "pipeline.hpp"
 
@@ -85,6 +86,7 @@ class Watchdog {
         bool entered = false, left = false;
         std::string error;
     };
+    std::string rank_report(const std::vector<char>& stuck, const std::vector<double>& idle_s) const;   // under mu_
     [[noreturn]] void fire(const std::string& report);
 
     int size_, first_rank_;

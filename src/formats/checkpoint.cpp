@@ -332,14 +332,18 @@ std::string vocab_file(const std::string& dir) {
 }
 
 namespace {
+std::vector<std::string> token_lines(const Tokenizer& tok) {   // token i on line i, as vocab.txt
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
+    return lines;
+}
+
 // The tokenizer in `path` (vocab.txt, or tokenizer.json), at most vocab_size tokens; dir's other
 // tokenizer files must agree with it.
 Tokenizer read_vocab(const std::string& dir, const std::string& path, const ModelConfig& cfg) {
     const bool json = path.size() > 15 && path.compare(path.size() - 15, 15, "/tokenizer.json") == 0;
     Tokenizer tok = json ? Tokenizer(vocab_from_tokenizer_json(path), path) : Tokenizer::from_file(path);
-    std::vector<std::string> lines;
-    for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
-    check_tokenizer_files(dir, lines, path);
+    check_tokenizer_files(dir, token_lines(tok), path);
     if (tok.size() > size_t(cfg.vocab_size))
         fail(path, std::to_string(tok.size()) + " tokens but the model's vocab_size is " +
                        std::to_string(cfg.vocab_size) + " (more tokens than embedding rows)");
@@ -350,10 +354,7 @@ Tokenizer read_vocab(const std::string& dir, const std::string& path, const Mode
 std::vector<std::string> load_vocab_lines(const std::string& dir, const ModelConfig& cfg) {
     std::string path = vocab_file(dir);
     if (path.empty()) return {};
-    Tokenizer tok = read_vocab(dir, path, cfg);
-    std::vector<std::string> lines;
-    for (size_t i = 0; i < tok.size(); i++) lines.push_back(tok.token(int32_t(i)));
-    return lines;
+    return token_lines(read_vocab(dir, path, cfg));
 }
 
 Tokenizer load_tokenizer(const std::string& dir, const ModelConfig& cfg) {
